@@ -1,0 +1,286 @@
+"""The one place where ray_tt_ext touches Ray's internals.
+
+Every ``ray.*._internal`` / ``ray._private`` import, every look at Ray's
+version and every decision about Ray Train V2 lives here. Other modules import
+the names below; they never reach into Ray's private modules themselves.
+
+Import order matters: this module is imported first by ``ray_tt_ext``, and it
+settles ``RAY_TRAIN_V2_ENABLED`` *before* it imports ``ray.train`` (see
+:func:`_enable_train_v1_at_import`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from typing import Any, Optional
+
+# ---------------------------------------------------------------------------
+# Train V1 enablement. Must run before anything below imports ``ray.train``.
+# ---------------------------------------------------------------------------
+
+#: The environment variable Ray reads to pick Train V1 ("0") or V2 ("1").
+V2_ENV_VAR = "RAY_TRAIN_V2_ENABLED"
+
+_FALSY = {"0", "false", "no", "off", ""}
+
+
+def _env_says_v2(value: Optional[str]) -> bool:
+    """Ray's own parsing of the flag: unset means V2 on Ray >= 2.51."""
+    if value is None:
+        return True
+    return value.strip().lower() not in _FALSY
+
+
+class _V1State:
+    """What ``import ray_tt_ext`` found and did about Train V2 (driver only)."""
+
+    env_before_import: Optional[str] = None
+    train_imported_before: bool = False
+    set_by_us: bool = False
+
+
+def _enable_train_v1_at_import() -> None:
+    """The package's one deliberate import-time effect.
+
+    With ``RAY_TRAIN_V2_ENABLED`` unset, set it to ``0`` so that this process
+    and every Ray process it starts (Tune copies the variable into trial
+    actors, whose workers inherit it) run Train V1, which ray_tt_ext extends.
+    An explicit value is never overridden; :func:`ensure_train_v1` turns it
+    into a clear error at the first ray_tt_ext call instead.
+    """
+    _V1State.env_before_import = os.environ.get(V2_ENV_VAR)
+    _V1State.train_imported_before = "ray.train" in sys.modules
+    if _V1State.env_before_import is None:
+        os.environ[V2_ENV_VAR] = "0"
+        _V1State.set_by_us = True
+
+
+_enable_train_v1_at_import()
+
+# ---------------------------------------------------------------------------
+# Ray imports (after the flag is settled).
+# ---------------------------------------------------------------------------
+
+import ray
+import ray.cloudpickle as ray_cloudpickle
+from packaging.version import Version
+
+RAY_VERSION = Version(ray.__version__)
+#: Oldest Ray release this package supports (inclusive).
+MIN_RAY_VERSION = Version("2.40.0")
+#: First Ray release this package has not been tested against (exclusive).
+MAX_RAY_VERSION = Version("2.61.0")
+
+
+class UnsupportedRayVersionError(ImportError):
+    """The installed Ray is older than the oldest release ray_tt_ext supports."""
+
+
+def _check_ray_version() -> None:
+    # Older Ray lacks internals we subclass (TrialInfo, the executor API):
+    # refuse it. A newer Ray may well work, and the test suite is the canary
+    # that tells: warn, so `scripts/compat.sh NEW_VERSION` can run.
+    if RAY_VERSION.release < MIN_RAY_VERSION.release:
+        raise UnsupportedRayVersionError(
+            f"ray_tt_ext needs ray>={MIN_RAY_VERSION},<{MAX_RAY_VERSION}, but "
+            f"ray=={ray.__version__} is installed. Fix: "
+            f"pip install 'ray[tune,train]>={MIN_RAY_VERSION},<{MAX_RAY_VERSION}'."
+        )
+    if RAY_VERSION.release >= MAX_RAY_VERSION.release:
+        warnings.warn(
+            f"ray_tt_ext is tested with ray>={MIN_RAY_VERSION},<{MAX_RAY_VERSION}; "
+            f"ray=={ray.__version__} is newer and untested. Run "
+            f"`scripts/compat.sh {ray.__version__}` to check it before relying on it.",
+            RuntimeWarning,
+            stacklevel=3,
+        )
+
+
+_check_ray_version()
+
+import ray.train  # noqa: F401  (V1 or V2 namespace, as settled above)
+from ray._private import ray_constants as _ray_constants
+from ray._private import worker as _ray_worker
+from ray.air._internal.usage import AirEntrypoint  # noqa: F401
+from ray.air.config import CheckpointConfig as AirCheckpointConfig
+from ray.air.config import RunConfig as AirRunConfig
+from ray.air.config import ScalingConfig as AirScalingConfig
+from ray.air.util.node import _force_on_current_node
+from ray.train._internal.backend_executor import (
+    BackendExecutor,
+    TrialInfo,  # noqa: F401
+)
+from ray.train._internal.session import _TrainingResult  # noqa: F401
+from ray.train._internal.storage import StorageContext
+from ray.train.base_trainer import BaseTrainer
+from ray.train.constants import CHECKPOINT_DIR_NAME  # noqa: F401
+from ray.train.data_parallel_trainer import DataParallelTrainer
+from ray.train.trainer import TrainingIterator  # noqa: F401
+from ray.tune.error import TuneError  # noqa: F401
+from ray.tune.execution.placement_groups import PlacementGroupFactory  # noqa: F401
+from ray.tune.experiment import Experiment
+from ray.tune.impl.tuner_internal import _TUNER_PKL, TunerInternal  # noqa: F401
+from ray.tune.result import RESULT_DUPLICATE  # noqa: F401
+from ray.tune.trainable import wrap_function  # noqa: F401
+from ray.tune.trainable.function_trainable import FunctionTrainable  # noqa: F401
+
+try:  # Ray >= 2.50
+    from ray.train._internal.session import get_session
+except ImportError:  # Ray 2.40 .. 2.49
+    from ray.train._internal.session import _get_session as get_session  # noqa: F401
+
+try:  # Ray >= 2.50 exports it from ray.tune; the V1 session has it everywhere.
+    from ray.tune import get_checkpoint
+except ImportError:  # Ray 2.40 .. 2.49
+    from ray.train._internal.session import get_checkpoint  # noqa: F401
+
+try:
+    from ray._private.dict import deep_update  # noqa: F401
+except ImportError:  # pragma: no cover - older layout
+    from ray.tune.utils.util import deep_update  # noqa: F401
+
+try:
+    from ray.cloudpickle.cloudpickle import _should_pickle_by_reference
+except ImportError:  # pragma: no cover - older vendored cloudpickle
+    from ray.cloudpickle.cloudpickle import (  # type: ignore[no-redef]
+        _is_importable as _should_pickle_by_reference,
+    )
+
+#: Ray warns about a registered function/actor class above this many bytes.
+FUNCTION_SIZE_WARN_THRESHOLD: int = int(_ray_constants.FUNCTION_SIZE_WARN_THRESHOLD)
+#: Ray refuses a registered function/actor class at this many bytes.
+FUNCTION_SIZE_ERROR_THRESHOLD: int = int(_ray_constants.FUNCTION_SIZE_ERROR_THRESHOLD)
+
+_GRPC_DEFAULT_MAX = 512 * 1024 * 1024
+
+
+def grpc_max_message_bytes() -> int:
+    """The gRPC message limit in force for this process.
+
+    Read from Ray's C++ config (which honours ``RAY_max_grpc_message_size``),
+    not from Python constants that went stale in older Ray releases.
+    """
+    try:
+        from ray._raylet import Config
+
+        return int(Config.max_grpc_message_size())
+    except Exception:  # pragma: no cover - layout change in a future Ray
+        override = os.environ.get("RAY_max_grpc_message_size")
+        return int(override) if override else _GRPC_DEFAULT_MAX
+
+
+def should_pickle_by_reference(obj: Any) -> bool:
+    """Whether cloudpickle pickles ``obj`` (function/class/module) by reference."""
+    try:
+        return bool(_should_pickle_by_reference(obj))
+    except Exception:
+        return False
+
+
+def add_post_init_hook(hook) -> None:
+    """Run ``hook()`` right after the next ``ray.init()`` in this process."""
+    _ray_worker._post_init_hooks.append(hook)
+
+
+def force_on_current_node_options() -> dict[str, Any]:
+    """Scheduling options that pin a task/actor to the caller's node."""
+    return _force_on_current_node(None)
+
+
+def set_experiment_storage_context_cls(cls) -> Any:
+    """Swap the StorageContext class Tune's ``Experiment`` builds; return the old one.
+
+    Ray reads ``Experiment._storage_context_cls`` when it builds the
+    experiment in ``tune.run`` (driver), checked on Ray 2.40 .. 2.60.
+    """
+    old = Experiment.__dict__.get("_storage_context_cls", StorageContext)
+    Experiment._storage_context_cls = cls
+    return old
+
+
+# ---------------------------------------------------------------------------
+# Train V2 detection after the fact.
+# ---------------------------------------------------------------------------
+
+
+class TrainV2EnabledError(RuntimeError):
+    """Ray Train V2 is active where ray_tt_ext needs Train V1."""
+
+
+def train_v2_enabled() -> bool:
+    """What this process's Ray will do now (Ray's own check, read each call)."""
+    try:
+        from ray.train.v2._internal.constants import is_v2_enabled
+    except ImportError:  # Ray without Train V2: always V1.
+        return False
+    return bool(is_v2_enabled())
+
+
+def _train_namespace_is_v2() -> bool:
+    """Whether ``ray.train``'s public names were bound to Train V2 classes."""
+    return ray.train.RunConfig is not AirRunConfig and not issubclass(
+        ray.train.RunConfig, AirRunConfig
+    )
+
+
+_FIX = (
+    f"set {V2_ENV_VAR}=0 in the environment before Python starts "
+    f"(`export {V2_ENV_VAR}=0`), or `import ray_tt_ext` before anything from "
+    f"`ray.train` and leave {V2_ENV_VAR} unset."
+)
+
+
+def ensure_train_v1(*objects: Any) -> None:
+    """Fail fast, with the fix, when Train V2 would break a ray_tt_ext call.
+
+    Runs on the driver at the first ray_tt_ext call (Tuner or trainer
+    construction), and in the coordinator actor before the trainer is built.
+    ``objects`` are the user's config objects: a Train V2 ``RunConfig`` (what
+    ``from ray.train import RunConfig`` gives when ``ray.train`` was imported
+    before ``ray_tt_ext``) is reported by name instead of Ray's confusing
+    "should be an instance of ray.train.RunConfig, found ray.train.RunConfig".
+    """
+    if train_v2_enabled():
+        raise TrainV2EnabledError(
+            f"Ray Train V2 is enabled ({V2_ENV_VAR}="
+            f"{os.environ.get(V2_ENV_VAR, '<unset>')!s}), but ray_tt_ext extends "
+            f"the Train V1 API (Tuner + Trainer). Fix: {_FIX}"
+        )
+    for obj in objects:
+        module = type(obj).__module__ or ""
+        if module.startswith("ray.train.v2"):
+            raise TrainV2EnabledError(
+                f"Got a Ray Train V2 `{type(obj).__name__}` ({module}). It comes "
+                f"from `from ray.train import {type(obj).__name__}` run before "
+                f"`import ray_tt_ext` while {V2_ENV_VAR} was unset, so `ray.train` "
+                f"bound its Train V2 classes. ray_tt_ext needs the V1 classes: use "
+                f"`ray.tune.{type(obj).__name__}`, or {_FIX}"
+            )
+
+
+def train_v1_runtime_env_vars() -> dict[str, str]:
+    """Env vars a remote process needs to run Train V1 code."""
+    return {V2_ENV_VAR: "0"}
+
+
+__all__ = [
+    "AirCheckpointConfig",
+    "AirRunConfig",
+    "AirScalingConfig",
+    "BackendExecutor",
+    "BaseTrainer",
+    "DataParallelTrainer",
+    "Experiment",
+    "FUNCTION_SIZE_ERROR_THRESHOLD",
+    "FUNCTION_SIZE_WARN_THRESHOLD",
+    "RAY_VERSION",
+    "StorageContext",
+    "TrainV2EnabledError",
+    "TunerInternal",
+    "V2_ENV_VAR",
+    "ensure_train_v1",
+    "grpc_max_message_bytes",
+    "ray_cloudpickle",
+]

@@ -1,0 +1,213 @@
+"""A remote BackendExecutor (seed 002): Ray's executor in its own zero-CPU actor.
+
+Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
+``_create_actor``):
+
+* :class:`BackendExecutorHost` — a plain class that owns one real
+  ``BackendExecutor`` and exposes its methods; testable in-process.
+* :data:`_RemoteBackendExecutor` — ``ray.remote(BackendExecutorHost)``, the
+  private actor class (its class name contains ``BackendExecutor``).
+* :func:`_create_executor_actor` — the factory; every scheduling option is set
+  explicitly.
+* :class:`RemoteBackendExecutor` — the drop-in for Ray's ``BackendExecutor``
+  that the coordinator uses: same constructor, every call proxied
+  synchronously to the actor.
+
+Placement: inside a trial, the actor joins bundle 0 of the trial's placement
+group (the coordinator's own bundle, hence the coordinator's node) with
+``num_cpus=0``, and captures child tasks, so the training workers it starts
+land in the trial's worker bundles exactly as when the executor runs inside
+the coordinator. It takes no CPU from the trial or from other trials. Outside
+a placement group it is pinned to the caller's node with hard node affinity.
+The actor is owned by the coordinator: if the coordinator dies, Ray kills it,
+and with it the workers it owns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Optional
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.placement_group import get_current_placement_group
+from ray.util.scheduling_strategies import (
+    NodeAffinitySchedulingStrategy,
+    PlacementGroupSchedulingStrategy,
+)
+
+from ray_tt_ext import _compat
+
+logger = logging.getLogger("ray_tt_ext")
+
+
+class BackendExecutorHost:
+    """Owns a real ``BackendExecutor`` and exposes the calls the coordinator makes.
+
+    Runs in the executor actor (or in-process, for tests). Arguments and
+    return values are Ray's own; nothing is transformed.
+    """
+
+    def __init__(self, executor_cls: type[Any], kwargs: dict[str, Any]):
+        self._executor = executor_cls(**kwargs)
+
+    def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return getattr(self._executor, method)(*args, **kwargs)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+
+# `ray list actors` shows the class name, BackendExecutorHost.
+_RemoteBackendExecutor = ray.remote(BackendExecutorHost)
+
+
+def _scheduling_options() -> dict[str, Any]:
+    """Where the executor actor goes: see the module docstring."""
+    placement_group = get_current_placement_group()
+    if placement_group is not None:
+        strategy: Any = PlacementGroupSchedulingStrategy(
+            placement_group=placement_group,
+            # Bundle 0 is the coordinator's own bundle in a Tune trial.
+            placement_group_bundle_index=0,
+            # Workers started by the executor go into the trial's bundles.
+            placement_group_capture_child_tasks=True,
+        )
+    else:
+        strategy = NodeAffinitySchedulingStrategy(
+            node_id=ray.get_runtime_context().get_node_id(), soft=False
+        )
+    return {
+        "num_cpus": 0,
+        "num_gpus": 0,
+        "memory": 0,
+        "max_restarts": 0,  # a restarted executor would have lost its workers
+        "max_task_retries": 0,
+        "max_concurrency": 1,  # calls run in order, one at a time
+        "scheduling_strategy": strategy,
+        # Train V1 in the executor, and so in the workers it starts.
+        "runtime_env": {"env_vars": _compat.train_v1_runtime_env_vars()},
+    }
+
+
+def _create_executor_actor(executor_cls: type[Any], kwargs: dict[str, Any]) -> Any:
+    """Start the executor actor on the caller's node (coordinator)."""
+    return _RemoteBackendExecutor.options(**_scheduling_options()).remote(
+        executor_cls, kwargs
+    )
+
+
+class ExecutorActorDiedError(RuntimeError):
+    """The remote BackendExecutor actor died; the trial fails (and may retry)."""
+
+
+class RemoteBackendExecutor:
+    """Drop-in for Ray's ``BackendExecutor`` that runs it in a zero-CPU actor.
+
+    Same constructor and methods as Ray's ``BackendExecutor`` (Ray 2.40 ..
+    2.60). Created and called by the coordinator (the trial actor); each call
+    blocks until the actor answers. Errors raised by the real executor are
+    re-raised unchanged, so ``TrainingIterator``'s error handling works as
+    with the local executor. If the actor dies, :class:`ExecutorActorDiedError`
+    is raised at once; no call waits on a dead actor.
+    """
+
+    _executor_cls: type[Any] = _compat.BackendExecutor
+
+    def __init__(
+        self,
+        backend_config: Any,
+        trial_info: Optional[Any] = None,
+        num_workers: int = 1,
+        resources_per_worker: Optional[dict[str, float]] = None,
+        max_retries: int = 3,
+    ):
+        self._actor = _create_executor_actor(
+            self._executor_cls,
+            dict(
+                backend_config=backend_config,
+                trial_info=trial_info,
+                num_workers=num_workers,
+                resources_per_worker=resources_per_worker,
+                max_retries=max_retries,
+            ),
+        )
+
+    @property
+    def actor(self) -> Any:
+        """The executor actor's handle (None after shutdown)."""
+        return self._actor
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        if self._actor is None:
+            raise ExecutorActorDiedError(
+                f"RemoteBackendExecutor.{method}() called after shutdown()."
+            )
+        try:
+            return ray.get(self._actor.call.remote(method, args, kwargs))
+        except RayActorError as e:
+            raise ExecutorActorDiedError(
+                f"The remote BackendExecutor actor died during {method}(): {e}. "
+                "The trial fails; with FailureConfig(max_failures>=1) Tune restarts "
+                "it from its latest checkpoint."
+            ) from None
+        except RayTaskError as e:
+            # Re-raise what the real executor raised, as a local executor would.
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
+
+    # The BackendExecutor API, as TrainingIterator and DataParallelTrainer use it.
+
+    def start(
+        self,
+        initialization_hook: Optional[Callable[[], None]] = None,
+        train_cls: Optional[type] = None,
+        train_cls_args: Optional[tuple] = None,
+        train_cls_kwargs: Optional[dict] = None,
+    ) -> None:
+        self._call(
+            "start",
+            initialization_hook=initialization_hook,
+            train_cls=train_cls,
+            train_cls_args=train_cls_args,
+            train_cls_kwargs=train_cls_kwargs,
+        )
+
+    def start_training(self, *args: Any, **kwargs: Any) -> None:
+        self._call("start_training", *args, **kwargs)
+
+    def get_next_results(self) -> Optional[list[Any]]:
+        return self._call("get_next_results")
+
+    def pause_reporting(self) -> None:
+        self._call("pause_reporting")
+
+    def finish_training(self) -> Any:
+        return self._call("finish_training")
+
+    def report_final_run_status(self, *args: Any, **kwargs: Any) -> None:
+        self._call("report_final_run_status", *args, **kwargs)
+
+    def is_started(self) -> bool:
+        return self._actor is not None and self._call("is_started")
+
+    def get_worker_group(self) -> Any:
+        return self._call("get_worker_group")
+
+    def _get_num_failures(self) -> int:
+        return self._call("_get_num_failures")
+
+    def shutdown(self, graceful_termination: bool = True) -> None:
+        """Shut the workers down, then the executor actor. Idempotent."""
+        if self._actor is None:
+            return
+        try:
+            self._call("shutdown", graceful_termination=graceful_termination)
+        except ExecutorActorDiedError:
+            pass  # its workers died with it (the actor owned them)
+        finally:
+            ray.kill(self._actor, no_restart=True)
+            self._actor = None

@@ -1,0 +1,498 @@
+"""Payload inspector and guard: what would Tune register for a trainable?
+
+Tune registers a trainable (a function or a class) in the GCS key-value store
+and Ray exports the trial actor class the same way; both go through one gRPC
+message. :func:`inspect_payload` measures what ``ray.cloudpickle.dumps`` would
+produce and names the parts that make it large, without copying large buffers:
+a counting pass writes to a sink that only adds up lengths, and pickle protocol
+5 hands contiguous buffers (numpy arrays and the like) to a callback out of
+band, so a 1 GiB array costs a length lookup, not a 1 GiB copy.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import json
+import logging
+import os
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+from ray_tt_ext import _compat
+from ray_tt_ext._compat import TuneError
+
+logger = logging.getLogger("ray_tt_ext")
+
+#: The gRPC message limit in force for the installed Ray (honours
+#: ``RAY_max_grpc_message_size``). A registered payload over it cannot be sent.
+GRPC_MAX_MESSAGE_BYTES: int = _compat.grpc_max_message_bytes()
+
+#: Environment variable that overrides the guard's default limit (bytes).
+PAYLOAD_LIMIT_ENV_VAR = "RAY_TT_EXT_PAYLOAD_LIMIT"
+
+_PROTOCOL = 5
+# Extra bytes an in-band buffer costs over an out-of-band one: the BYTEARRAY8
+# or BINBYTES8 opcode with its 8-byte length, instead of NEXT_BUFFER.
+_IN_BAND_HEADER = 8
+
+# Set while the guard measures what Tune will register: values that are
+# pending for the object store (trainer parameters held before ``ray.init()``)
+# pickle as the reference they will become, not as their data.
+_MEASURING_REGISTERED: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ray_tt_ext_measuring_registered", default=False
+)
+
+
+def measuring_registered() -> bool:
+    """True inside :func:`registered_view` (see ``_MEASURING_REGISTERED``)."""
+    return _MEASURING_REGISTERED.get()
+
+
+@contextlib.contextmanager
+def registered_view() -> Iterator[None]:
+    token = _MEASURING_REGISTERED.set(True)
+    try:
+        yield
+    finally:
+        _MEASURING_REGISTERED.reset(token)
+
+
+# ---------------------------------------------------------------------------
+# Counting
+# ---------------------------------------------------------------------------
+
+
+class _CountingSink:
+    """A file object that keeps only the number of bytes written to it."""
+
+    __slots__ = ("nbytes",)
+
+    def __init__(self) -> None:
+        self.nbytes = 0
+
+    def write(self, data: Any) -> int:
+        n = memoryview(data).nbytes
+        self.nbytes += n
+        return n
+
+
+class _ExcludingPickler(_compat.ray_cloudpickle.CloudPickler):
+    """Pickles objects listed in ``exclude`` as a tiny reference instead.
+
+    Used to size one part of an object graph without counting the parts
+    already attributed elsewhere (ancestors reached through a cycle, shared
+    objects pickled once by the first path that reaches them).
+    """
+
+    def __init__(self, *args: Any, exclude: set, target: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._exclude = exclude
+        self._target = target
+
+    def persistent_id(self, obj: Any) -> Optional[int]:
+        if obj is not self._target and id(obj) in self._exclude:
+            return 0
+        return None
+
+
+def _pickled_size(obj: Any, exclude: Optional[set] = None) -> int:
+    """``len(ray.cloudpickle.dumps(obj))`` to within a few bytes per buffer.
+
+    With ``exclude``, objects whose ``id`` is in it count as a few bytes.
+    """
+    sink = _CountingSink()
+    out_of_band: list[int] = []
+
+    def on_buffer(buf: Any) -> None:
+        out_of_band.append(buf.raw().nbytes)
+        return None  # falsy: keep it out of band, nothing is copied
+
+    if exclude:
+        pickler = _ExcludingPickler(
+            sink,
+            protocol=_PROTOCOL,
+            buffer_callback=on_buffer,
+            exclude=exclude,
+            target=obj,
+        )
+    else:
+        pickler = _compat.ray_cloudpickle.CloudPickler(
+            sink, protocol=_PROTOCOL, buffer_callback=on_buffer
+        )
+    pickler.dump(obj)
+    return sink.nbytes + sum(n + _IN_BAND_HEADER for n in out_of_band)
+
+
+# ---------------------------------------------------------------------------
+# Report
+# ---------------------------------------------------------------------------
+
+
+def format_bytes(n: float) -> str:
+    """``1536`` -> ``'1.5 KiB'``."""
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class Contributor:
+    """One part of a payload: where it is reached, what it is, what it costs."""
+
+    path: str
+    type_name: str
+    nbytes: int
+
+
+@dataclass(frozen=True)
+class PayloadReport:
+    """What ``ray.cloudpickle.dumps(obj)`` would produce, and why.
+
+    ``total_bytes`` is the size of the pickle; ``contributors`` lists the
+    parts that account for it, largest first. Each contributor's bytes are
+    its own: a container's bytes exclude the large parts listed separately.
+    """
+
+    root: str
+    total_bytes: int
+    contributors: tuple[Contributor, ...] = field(default_factory=tuple)
+
+    def top(self, n: int = 5) -> tuple[Contributor, ...]:
+        return self.contributors[:n]
+
+    def format(self, top: int = 10) -> str:
+        """A table of the largest contributors, sizes in human units."""
+        rows = [(c.path, c.type_name, format_bytes(c.nbytes)) for c in self.top(top)]
+        header = ("path", "type", "size")
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(3)]
+        lines = [
+            f"{self.root}: {format_bytes(self.total_bytes)} "
+            f"({self.total_bytes} bytes) when pickled",
+            "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)),
+            "  ".join("-" * w for w in widths),
+        ]
+        lines += [
+            f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2].rjust(widths[2])}"
+            for r in rows
+        ]
+        if len(self.contributors) > top:
+            lines.append(f"... {len(self.contributors) - top} more")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {
+            "root": self.root,
+            "total_bytes": self.total_bytes,
+            "contributors": [
+                {"path": c.path, "type": c.type_name, "bytes": c.nbytes}
+                for c in self.contributors
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+    def __str__(self) -> str:
+        return self.format()
+
+
+# ---------------------------------------------------------------------------
+# Walking the object graph the way cloudpickle does
+# ---------------------------------------------------------------------------
+
+_LEAF_TYPES = (
+    bytes,
+    bytearray,
+    str,
+    int,
+    float,
+    complex,
+    bool,
+    type(None),
+    memoryview,
+    types.ModuleType,
+    types.CodeType,
+    types.BuiltinFunctionType,
+)
+_MAX_DEPTH = 64
+_MAX_NODES = 20_000
+
+
+def _type_name(obj: Any) -> str:
+    t = type(obj)
+    return (
+        t.__qualname__ if t.__module__ == "builtins" else f"{t.__module__}.{t.__qualname__}"
+    )
+
+
+def _key_label(key: Any) -> str:
+    return f"[{key!r}]"
+
+
+def _code_global_names(code: types.CodeType) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= _code_global_names(const)
+    return names
+
+
+def _function_children(fn: types.FunctionType) -> Iterator[tuple[str, Any]]:
+    if _compat.should_pickle_by_reference(fn):
+        return
+    if fn.__closure__:
+        for name, cell in zip(fn.__code__.co_freevars, fn.__closure__, strict=True):
+            try:
+                value = cell.cell_contents
+            except ValueError:  # empty cell
+                continue
+            yield f".<closure>.{name}", value
+    for name in sorted(_code_global_names(fn.__code__)):
+        if name in fn.__globals__:
+            yield f".<globals>.{name}", fn.__globals__[name]
+    for i, value in enumerate(fn.__defaults__ or ()):
+        yield f".<defaults>[{i}]", value
+    for name, value in (fn.__kwdefaults__ or {}).items():
+        yield f".<kwdefaults>.{name}", value
+    for name, value in fn.__dict__.items():
+        yield f".{name}", value
+
+
+_SKIP_CLASS_ATTRS = {"__dict__", "__weakref__", "__module__", "__doc__", "__qualname__"}
+
+
+def _class_children(cls: type) -> Iterator[tuple[str, Any]]:
+    if _compat.should_pickle_by_reference(cls):
+        return
+    for name, value in list(vars(cls).items()):
+        if name in _SKIP_CLASS_ATTRS:
+            continue
+        if isinstance(value, (classmethod, staticmethod)):
+            value = value.__func__
+        yield f".{name}", value
+    for i, base in enumerate(cls.__bases__):
+        yield f".<bases>[{i}]", base
+
+
+def _reduce_children(obj: Any) -> Iterator[tuple[str, Any]]:
+    try:
+        reduced = obj.__reduce_ex__(_PROTOCOL)
+    except Exception:
+        return
+    if not isinstance(reduced, tuple):
+        return
+    args = reduced[1] if len(reduced) > 1 else ()
+    state = reduced[2] if len(reduced) > 2 else None
+    for i, arg in enumerate(args or ()):
+        if isinstance(arg, type) and arg is type(obj):
+            continue
+        yield f".<args>[{i}]", arg
+    slotstate = None
+    if isinstance(state, tuple) and len(state) == 2:
+        state, slotstate = state
+    for part in (state, slotstate):
+        if isinstance(part, dict):
+            for name, value in part.items():
+                label = f".{name}" if isinstance(name, str) else _key_label(name)
+                yield label, value
+        elif part is not None:
+            yield ".<state>", part
+    if len(reduced) > 3 and reduced[3] is not None and not isinstance(obj, list):
+        for i, value in enumerate(reduced[3]):
+            yield f"[{i}]", value
+    if len(reduced) > 4 and reduced[4] is not None and not isinstance(obj, dict):
+        for key, value in reduced[4]:
+            yield _key_label(key), value
+
+
+def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+    if isinstance(obj, _LEAF_TYPES) or type(obj).__module__.startswith("numpy"):
+        return
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            yield _key_label(key), value
+    elif isinstance(obj, (list, tuple)):
+        for i, value in enumerate(obj):
+            yield f"[{i}]", value
+    elif isinstance(obj, (set, frozenset)):
+        for i, value in enumerate(obj):
+            yield f"<item {i}>", value
+    elif isinstance(obj, types.FunctionType):
+        yield from _function_children(obj)
+    elif isinstance(obj, types.MethodType):
+        yield ".__self__", obj.__self__
+        yield ".__func__", obj.__func__
+    elif isinstance(obj, functools.partial):
+        yield ".func", obj.func
+        for i, value in enumerate(obj.args):
+            yield f".args[{i}]", value
+        for name, value in obj.keywords.items():
+            yield f".keywords[{name!r}]", value
+    elif isinstance(obj, type):
+        yield from _class_children(obj)
+    else:
+        yield from _reduce_children(obj)
+
+
+def _root_name(obj: Any) -> str:
+    name = getattr(obj, "__qualname__", None) or getattr(obj, "__name__", None)
+    if isinstance(name, str):
+        return name
+    return f"<{type(obj).__name__} object>"
+
+
+def inspect_payload(
+    obj: Any, *, name: Optional[str] = None, min_bytes: Optional[int] = None
+) -> PayloadReport:
+    """Measure what ``ray.cloudpickle.dumps(obj)`` would produce, part by part.
+
+    Args:
+        obj: Anything picklable: a trainable, a function, a trainer, a dict.
+        name: How to call ``obj`` at the start of each path (default: its
+            ``__qualname__`` or type name).
+        min_bytes: Parts smaller than this are folded into their parent
+            (default: 1 KiB or 0.1% of the total, whichever is larger).
+
+    Returns:
+        A :class:`PayloadReport`. ``total_bytes`` is within a few bytes per
+        large buffer of ``len(ray.cloudpickle.dumps(obj))``.
+
+    Raises:
+        Whatever pickling ``obj`` raises (e.g. ``TypeError`` for a lock).
+    """
+    root = name or _root_name(obj)
+    total = _pickled_size(obj)
+    threshold = min_bytes if min_bytes is not None else max(1024, total // 1000)
+    contributors: list[Contributor] = []
+    seen: set = set()
+    budget = [_MAX_NODES]
+
+    def visit(node: Any, path: str, size: int, depth: int) -> None:
+        """Attribute ``size`` bytes of ``node`` to itself or its big children."""
+        own = size
+        if depth < _MAX_DEPTH and budget[0] > 0:
+            for label, child in _children(node):
+                if id(child) in seen:
+                    continue  # pickled once, by the first path that reaches it
+                seen.add(id(child))
+                budget[0] -= 1
+                try:
+                    child_size = _pickled_size(child, exclude=seen)
+                except Exception:
+                    continue
+                if child_size >= threshold:
+                    own -= child_size
+                    visit(child, path + label, child_size, depth + 1)
+        if own >= threshold:
+            contributors.append(Contributor(path, _type_name(node), own))
+
+    seen.add(id(obj))
+    visit(obj, root, total, 0)
+    contributors.sort(key=lambda c: c.nbytes, reverse=True)
+    return PayloadReport(root=root, total_bytes=total, contributors=tuple(contributors))
+
+
+# ---------------------------------------------------------------------------
+# Guard
+# ---------------------------------------------------------------------------
+
+
+class PayloadTooLargeError(TuneError):
+    """What Tune would register for a trainable is over the payload limit.
+
+    Raised on the driver, before anything is sent to the GCS. ``report`` is the
+    :class:`PayloadReport` that names the parts to move out; ``limit`` is the
+    limit in bytes that was exceeded.
+    """
+
+    def __init__(self, message: str, report: PayloadReport, limit: int):
+        super().__init__(message)
+        self.report = report
+        self.limit = limit
+
+    def __reduce__(self):
+        return (type(self), (self.args[0], self.report, self.limit))
+
+
+_FIX_ADVICE = (
+    "Fix: pass large objects through the object store instead of capturing them: "
+    "`tune.with_parameters(trainable, data=data)` for a function or class "
+    "trainable, `ref = ray.put(data)` and `ray.get(ref)` inside the training "
+    "function, or a `ray_tt_ext` trainer (its constructor arguments travel "
+    "through the object store)."
+)
+
+
+def _validate_limit(value: Any, source: str) -> int:
+    try:
+        limit = int(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"{source} must be an integer number of bytes, got {value!r}."
+        ) from None
+    if limit <= 0:
+        raise ValueError(f"{source} must be a positive number of bytes, got {limit}.")
+    if limit > GRPC_MAX_MESSAGE_BYTES:
+        raise ValueError(
+            f"{source}={limit} is above the gRPC message limit in force "
+            f"({GRPC_MAX_MESSAGE_BYTES} bytes): a payload that size cannot be "
+            f"sent. Use a value <= {GRPC_MAX_MESSAGE_BYTES}."
+        )
+    return limit
+
+
+def resolve_payload_limit(limit: Optional[int] = None) -> int:
+    """The guard's limit: explicit, else ``RAY_TT_EXT_PAYLOAD_LIMIT``, else Ray's.
+
+    Ray's default is ``FUNCTION_SIZE_ERROR_THRESHOLD`` (what Ray itself
+    refuses to export); never above :data:`GRPC_MAX_MESSAGE_BYTES`.
+    """
+    if limit is not None:
+        return _validate_limit(limit, "payload_limit")
+    env = os.environ.get(PAYLOAD_LIMIT_ENV_VAR)
+    if env:
+        return _validate_limit(env, PAYLOAD_LIMIT_ENV_VAR)
+    return min(_compat.FUNCTION_SIZE_ERROR_THRESHOLD, GRPC_MAX_MESSAGE_BYTES)
+
+
+def check_registered_payload(
+    trainable: Any, *, what: str, limit: Optional[int] = None
+) -> PayloadReport:
+    """Measure what Tune will register for ``trainable``; raise if it is too large.
+
+    Runs on the driver (or in Ray Client's remote Tuner actor) before the
+    trainable is registered. Parameters pending for the object store are
+    measured as the references they become.
+
+    Raises:
+        PayloadTooLargeError: the payload is over ``limit``.
+    """
+    resolved = resolve_payload_limit(limit)
+    with registered_view():
+        report = inspect_payload(trainable)
+    if report.total_bytes > resolved:
+        raise PayloadTooLargeError(
+            f"{what} is {format_bytes(report.total_bytes)} when pickled, over the "
+            f"payload limit of {format_bytes(resolved)} ({resolved} bytes); Tune "
+            f"would register it in the GCS in one gRPC message (limit "
+            f"{format_bytes(GRPC_MAX_MESSAGE_BYTES)}). Largest parts:\n"
+            f"{report.format(top=5)}\n{_FIX_ADVICE}",
+            report=report,
+            limit=resolved,
+        )
+    if report.total_bytes > _compat.FUNCTION_SIZE_WARN_THRESHOLD:
+        logger.warning(
+            "%s is %s when pickled (Ray warns above %s). Largest parts:\n%s\n%s",
+            what,
+            format_bytes(report.total_bytes),
+            format_bytes(_compat.FUNCTION_SIZE_WARN_THRESHOLD),
+            report.format(top=5),
+            _FIX_ADVICE,
+        )
+    return report

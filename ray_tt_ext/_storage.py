@@ -1,0 +1,504 @@
+"""Pluggable checkpoint indexing and naming (seed 003).
+
+Ray bumps a trial's checkpoint index in three places (class Trainable,
+function session, and the driver's ``Trial``), each by calling
+``StorageContext._update_checkpoint_index(metrics)`` on its own copy of the
+trial's ``StorageContext``, and names the folder ``checkpoint_{index:06d}``.
+:class:`StorageContext` here takes both decisions from a policy
+(:class:`CheckpointConfig`) where the checkpoint is written (trial actor or
+training worker), writes them into the reported metrics
+(``checkpoint_dir_name``, ``checkpoint_index``), and the driver's copy adopts
+them from there, so the two cannot drift. On restore the index is reconciled
+with the checkpoint folders already on disk; an existing folder is never
+written to again.
+
+Rules (also in the README):
+
+* A rendered name must be one safe path component: not empty, not ``.`` or
+  ``..``, no ``/`` or ``\\``, no NUL or other control character, at most 255
+  bytes in UTF-8. Otherwise: ``ValueError``, nothing is written.
+* Two checkpoints that render the same name, or a name whose folder already
+  exists in the trial folder: ``ValueError``, nothing is overwritten.
+* Indices strictly increase; a policy that returns an index not above the
+  current one is rejected (``ValueError``).
+* NaN and infinities render as Python spells them: ``nan``, ``inf``, ``-inf``
+  (``{loss:.2f}`` of NaN gives ``nan``). They cannot be an index.
+* In a ``DataParallelTrainer`` each worker names the checkpoint it uploads
+  from its own reported metrics; rank 0's decision is the one the coordinator
+  and the driver record. Workers whose metrics render different names get a
+  ``ValueError`` naming both (report the template's metrics identically on
+  every worker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+import re
+import string
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import pyarrow.fs
+import ray.tune
+
+from ray_tt_ext import _compat
+from ray_tt_ext._compat import CHECKPOINT_DIR_NAME
+
+#: Metric key under which the checkpoint's index is reported next to
+#: ``checkpoint_dir_name``.
+CHECKPOINT_INDEX_KEY = "checkpoint_index"
+
+SEQUENTIAL = "sequential"
+DEFAULT_DIR_NAME_TEMPLATE = "checkpoint_{index:06d}"
+_MAX_NAME_BYTES = 255
+
+IndexPolicy = Union[str, Callable[[int, dict[str, Any]], int]]
+NamePolicy = Union[str, Callable[[int, dict[str, Any]], str]]
+
+
+# ---------------------------------------------------------------------------
+# Pure policy functions
+# ---------------------------------------------------------------------------
+
+
+def template_fields(template: str) -> set[str]:
+    """The named fields of a ``str.format`` template.
+
+    Raises:
+        ValueError: bad syntax, or a positional field (``{}``, ``{0}``).
+    """
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as e:
+        raise ValueError(
+            f"checkpoint_dir_name template {template!r} is not valid str.format "
+            f"syntax: {e}. Example: 'checkpoint_{{training_iteration:06d}}-{{loss:.2f}}'."
+        ) from None
+    fields = set()
+    for _, field_name, format_spec, _ in parsed:
+        if field_name is None:
+            continue
+        base = re.split(r"[.\[]", field_name, maxsplit=1)[0]
+        if base == "" or base.isdigit():
+            raise ValueError(
+                f"checkpoint_dir_name template {template!r} has a positional field "
+                f"'{{{field_name}}}'. Use named fields: 'index' or a reported metric, "
+                "e.g. 'checkpoint_{index:06d}'."
+            )
+        if format_spec and "{" in format_spec:
+            raise ValueError(
+                f"checkpoint_dir_name template {template!r} nests a field in a "
+                "format spec; use a fixed spec such as '{loss:.2f}'."
+            )
+        fields.add(base)
+    return fields
+
+
+def validate_dir_name(name: Any) -> str:
+    """Return ``name`` if it is one safe path component, else raise ``ValueError``."""
+    if not isinstance(name, str):
+        raise ValueError(
+            f"A checkpoint folder name must be a str, got {type(name).__name__} "
+            f"{name!r}. Fix: make checkpoint_dir_name return a str."
+        )
+    problem = None
+    if name in ("", ".", ".."):
+        problem = "is empty or a relative reference"
+    elif "/" in name or "\\" in name:
+        problem = "contains a path separator"
+    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        problem = "contains NUL or another control character"
+    elif len(name.encode("utf-8")) > _MAX_NAME_BYTES:
+        problem = f"is longer than {_MAX_NAME_BYTES} bytes"
+    if problem:
+        raise ValueError(
+            f"Checkpoint folder name {name!r} {problem}; it must be a single path "
+            "component inside the trial folder. Nothing was written. Fix: change "
+            "checkpoint_dir_name, or the metrics it uses, so the name is a plain "
+            "file name (no '/', '..', NUL, at most 255 bytes)."
+        )
+    return name
+
+
+def render_dir_name(policy: NamePolicy, index: int, metrics: dict[str, Any]) -> str:
+    """The folder name for a checkpoint: validated, one path component."""
+    if callable(policy):
+        return validate_dir_name(policy(index, dict(metrics)))
+    values = {**metrics, "index": index}
+    try:
+        name = policy.format(**values)
+    except KeyError as e:
+        missing = e.args[0]
+        available = sorted(str(k) for k in values)
+        raise ValueError(
+            f"checkpoint_dir_name template {policy!r} uses '{missing}', which is not "
+            f"in the reported metrics. Available keys: {available}. Nothing was "
+            "written. Fix: report that metric with every checkpoint, or change the "
+            "template."
+        ) from None
+    except (ValueError, TypeError, IndexError, AttributeError) as e:
+        raise ValueError(
+            f"checkpoint_dir_name template {policy!r} could not be rendered with "
+            f"index={index} and the reported metrics: {e}. Nothing was written."
+        ) from None
+    return validate_dir_name(name)
+
+
+def next_index(policy: IndexPolicy, current: int, metrics: dict[str, Any]) -> int:
+    """The next checkpoint index; strictly above ``current`` or ``ValueError``."""
+    if callable(policy):
+        value = policy(current, dict(metrics))
+        source = "the checkpoint_index callable"
+    elif policy == SEQUENTIAL:
+        value, source = current + 1, "sequential"
+    else:
+        if policy not in metrics:
+            raise ValueError(
+                f"checkpoint_index='{policy}' but the reported metrics have no "
+                f"'{policy}'. Available keys: {sorted(map(str, metrics))}. Fix: report "
+                "it with every checkpoint, or use 'sequential'."
+            )
+        value, source = metrics[policy], f"metric '{policy}'"
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(
+            f"A checkpoint index must be an integer, got {value!r} from {source}."
+        )
+    if isinstance(value, float):
+        if not math.isfinite(value) or value != int(value):
+            raise ValueError(
+                f"A checkpoint index must be a whole number, got {value!r} from "
+                f"{source}. NaN and infinities cannot be an index."
+            )
+    value = int(value)
+    if value <= current:
+        raise ValueError(
+            f"Checkpoint indices must strictly increase: {source} gave {value} after "
+            f"{current}. Nothing was written. Fix: index by a metric that grows with "
+            "every checkpoint (e.g. 'training_iteration'), or use 'sequential'."
+        )
+    return value
+
+
+def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
+    """A regex that reads the index back from names rendered by ``policy``.
+
+    Only for string templates with an ``{index}`` field; ``None`` otherwise.
+    """
+    if callable(policy) or "index" not in template_fields(policy):
+        return None
+    parts = []
+    for literal, field_name, _, _ in string.Formatter().parse(policy):
+        parts.append(re.escape(literal))
+        if field_name is None:
+            continue
+        if field_name == "index" and "(?P<index>" not in "".join(parts):
+            parts.append(r"(?P<index>-?\d+)")
+        else:
+            parts.append(r".*?")
+    return re.compile("^" + "".join(parts) + "$")
+
+
+# ---------------------------------------------------------------------------
+# CheckpointConfig
+# ---------------------------------------------------------------------------
+
+
+@dataclass
+class CheckpointConfig(ray.tune.CheckpointConfig):
+    """``ray.tune.CheckpointConfig`` plus checkpoint indexing and naming.
+
+    Args:
+        checkpoint_index: ``"sequential"`` (Ray's 0, 1, 2, ...), the name of a
+            reported metric whose integer value is the index (e.g.
+            ``"training_iteration"``), or ``callable(current_index, metrics) -> int``.
+            Indices must strictly increase.
+        checkpoint_dir_name: a ``str.format`` template over ``index`` and the
+            reported metrics (default ``"checkpoint_{index:06d}"``, Ray's names),
+            or ``callable(index, metrics) -> str``. Must render one safe path
+            component.
+
+    All other fields are Ray's.
+    """
+
+    checkpoint_index: IndexPolicy = SEQUENTIAL
+    checkpoint_dir_name: NamePolicy = DEFAULT_DIR_NAME_TEMPLATE
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        index = self.checkpoint_index
+        if not callable(index) and not (isinstance(index, str) and index):
+            raise ValueError(
+                f"checkpoint_index must be 'sequential', a metric name, or a callable "
+                f"(current_index, metrics) -> int; got {index!r}."
+            )
+        name = self.checkpoint_dir_name
+        if callable(name):
+            return
+        if not isinstance(name, str):
+            raise ValueError(
+                "checkpoint_dir_name must be a str.format template or a callable "
+                f"(index, metrics) -> str; got {name!r}."
+            )
+        template_fields(name)  # syntax check
+        if "/" in name or "\\" in name:
+            raise ValueError(
+                f"checkpoint_dir_name template {name!r} contains a path separator; "
+                "a checkpoint folder must be one path component in the trial folder."
+            )
+
+    @property
+    def is_default_policy(self) -> bool:
+        return (
+            self.checkpoint_index == SEQUENTIAL
+            and self.checkpoint_dir_name == DEFAULT_DIR_NAME_TEMPLATE
+        )
+
+
+# ---------------------------------------------------------------------------
+# StorageContext
+# ---------------------------------------------------------------------------
+
+
+class StorageContext(_compat.StorageContext):
+    """Ray's ``StorageContext`` whose checkpoint index and folder name come from a policy.
+
+    Subclass it and override :meth:`_next_checkpoint_index` /
+    :meth:`_render_checkpoint_dir_name` for a policy of your own, and pass the
+    class to ``ray_tt_ext.Tuner(..., storage_context_cls=...)``.
+    """
+
+    def __init__(
+        self,
+        *args: Any,
+        checkpoint_index: IndexPolicy = SEQUENTIAL,
+        checkpoint_dir_name: NamePolicy = DEFAULT_DIR_NAME_TEMPLATE,
+        **kwargs: Any,
+    ):
+        super().__init__(*args, **kwargs)
+        self.checkpoint_index_policy = checkpoint_index
+        self.checkpoint_dir_name_policy = checkpoint_dir_name
+        self._current_checkpoint_dir_name: Optional[str] = None
+        self._used_checkpoint_dir_names: set[str] = set()
+        self._reconciled_trial_dir: Optional[str] = None
+
+    def __copy__(self) -> StorageContext:
+        # Tune copies the experiment's context into each Trial: give every copy
+        # its own bookkeeping instead of sharing the sets.
+        new = self.__class__.__new__(self.__class__)
+        new.__dict__.update(self.__dict__)
+        new._used_checkpoint_dir_names = set(self._used_checkpoint_dir_names)
+        return new
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Unpickled where checkpoints are saved: reconcile with the disk now.
+
+        Tune ships the trial's context to the trial actor, and the coordinator
+        ships it to each training worker, before any checkpoint of the run is
+        written; reconciling here (not at the first save) means every worker
+        sees the same folders, never one that another worker just wrote.
+        """
+        self.__dict__.update(state)
+        self._reconciled_trial_dir = None
+        try:
+            self._reconcile_with_disk()
+        except Exception:  # storage unreachable here: reconcile at first save
+            self._reconciled_trial_dir = None
+
+    # -- the policy (override these) ---------------------------------------
+
+    def _next_checkpoint_index(self, metrics: dict[str, Any]) -> int:
+        """The index of the checkpoint being saved with ``metrics``."""
+        return next_index(
+            self.checkpoint_index_policy, self.current_checkpoint_index, metrics
+        )
+
+    def _render_checkpoint_dir_name(self, index: int, metrics: dict[str, Any]) -> str:
+        """The folder name of checkpoint ``index`` saved with ``metrics``."""
+        return render_dir_name(self.checkpoint_dir_name_policy, index, metrics)
+
+    # -- Ray's hooks -----------------------------------------------------------
+
+    def _update_checkpoint_index(self, metrics: dict) -> None:
+        """Decide (or adopt) the next checkpoint's index and folder name.
+
+        Overrides Ray's ``StorageContext._update_checkpoint_index`` (Ray 2.40 ..
+        2.60). Ray calls it in the trial actor (class ``Trainable.save``, the
+        function session's ``report``), in each training worker (``report``),
+        in the coordinator (``DataParallelTrainer._propagate_results``) and on
+        the driver (``Trial.on_checkpoint``). Where the metrics already carry a
+        decision (``checkpoint_dir_name`` and ``checkpoint_index``, written by
+        the process that saved the checkpoint) it is adopted; otherwise it is
+        made here and written into ``metrics``.
+        """
+        adopted_name = metrics.get(CHECKPOINT_DIR_NAME)
+        adopted_index = metrics.get(CHECKPOINT_INDEX_KEY)
+        if isinstance(adopted_name, str) and isinstance(adopted_index, int):
+            index, name = adopted_index, adopted_name
+        else:
+            self._reconcile_with_disk()
+            index = self._next_checkpoint_index(metrics)
+            name = validate_dir_name(self._render_checkpoint_dir_name(index, metrics))
+            if name in self._used_checkpoint_dir_names:
+                raise ValueError(
+                    f"Checkpoint {index} renders the folder name {name!r}, which an "
+                    "earlier checkpoint of this trial already has. Refusing to "
+                    "overwrite it. Fix: include a field that changes with every "
+                    "checkpoint in checkpoint_dir_name, such as '{index}'."
+                )
+            metrics[CHECKPOINT_DIR_NAME] = name
+            metrics[CHECKPOINT_INDEX_KEY] = index
+        self.current_checkpoint_index = index
+        self._current_checkpoint_dir_name = name
+        self._used_checkpoint_dir_names.add(name)
+
+    @property
+    def checkpoint_dir_name(self) -> str:
+        """The current checkpoint's folder name, as the policy rendered it.
+
+        Overrides Ray's ``StorageContext.checkpoint_dir_name`` property.
+        """
+        if self._current_checkpoint_dir_name is not None:
+            return self._current_checkpoint_dir_name
+        if self.checkpoint_dir_name_policy == DEFAULT_DIR_NAME_TEMPLATE:
+            return self._make_checkpoint_dir_name(self.current_checkpoint_index)
+        return render_dir_name(
+            self.checkpoint_dir_name_policy, self.current_checkpoint_index, {}
+        )
+
+    def persist_current_checkpoint(self, checkpoint: Any) -> Any:
+        """Persist into the policy's folder, never outside the trial folder.
+
+        Extends Ray's ``StorageContext.persist_current_checkpoint``; runs where
+        the checkpoint is saved (trial actor or training worker).
+        """
+        target = Path(self.checkpoint_fs_path)
+        if target.parent != Path(self.trial_fs_path) or target.name in ("", ".", ".."):
+            raise ValueError(
+                f"Refusing to write checkpoint to {target}: not a folder directly in "
+                f"the trial folder {self.trial_fs_path}."
+            )
+        return super().persist_current_checkpoint(checkpoint)
+
+    # -- restore ---------------------------------------------------------------
+
+    def _existing_checkpoint_dirs(self) -> set[str]:
+        try:
+            infos = self.storage_filesystem.get_file_info(
+                pyarrow.fs.FileSelector(self.trial_fs_path, allow_not_found=True)
+            )
+        except (FileNotFoundError, OSError):
+            return set()
+        return {
+            info.base_name for info in infos if info.type == pyarrow.fs.FileType.Directory
+        }
+
+    def _reconcile_with_disk(self) -> None:
+        """Continue after the checkpoints already in the trial folder (once).
+
+        Runs in the process that saves checkpoints, the first time it saves in
+        a given trial folder (after a restore, a failure, or a moved
+        experiment folder). Every existing folder name is reserved, and an
+        index read back from a folder name (string templates with ``{index}``)
+        moves the current index past it.
+        """
+        if self.trial_dir_name is None or self._reconciled_trial_dir == self.trial_fs_path:
+            return
+        self._reconciled_trial_dir = self.trial_fs_path
+        existing = self._existing_checkpoint_dirs()
+        self._used_checkpoint_dir_names |= existing
+        pattern = (
+            index_pattern(self.checkpoint_dir_name_policy)
+            if isinstance(self.checkpoint_dir_name_policy, str)
+            else None
+        )
+        if pattern is None:
+            return
+        indices = [
+            int(m.group("index")) for m in map(pattern.match, existing) if m is not None
+        ]
+        if indices and max(indices) > self.current_checkpoint_index:
+            self.current_checkpoint_index = max(indices)
+
+
+# ---------------------------------------------------------------------------
+# Installing the policy for one Tuner's experiment
+# ---------------------------------------------------------------------------
+
+_ACTIVE: contextvars.ContextVar[Optional[Callable[..., Any]]] = contextvars.ContextVar(
+    "ray_tt_ext_storage_factory", default=None
+)
+_install_lock = threading.Lock()
+_install_depth = 0
+_original_storage_cls: Any = None
+
+
+def _dispatching_storage_context(*args: Any, **kwargs: Any) -> Any:
+    """What ``Experiment._storage_context_cls`` is while a ray_tt_ext fit runs.
+
+    Builds the StorageContext of the Tuner whose ``fit()`` runs in the current
+    context (thread), or Ray's own class for anyone else (driver).
+    """
+    factory = _ACTIVE.get()
+    if factory is None:
+        return _original_storage_cls(*args, **kwargs)
+    return factory(*args, **kwargs)
+
+
+def storage_factory(
+    checkpoint_config: Any, storage_context_cls: Optional[type[StorageContext]] = None
+) -> Optional[Callable[..., Any]]:
+    """A StorageContext factory for a Tuner, or ``None`` for Ray's default."""
+    if storage_context_cls is None and not isinstance(checkpoint_config, CheckpointConfig):
+        return None
+    cls = storage_context_cls or StorageContext
+    if isinstance(checkpoint_config, CheckpointConfig):
+        index, name = (
+            checkpoint_config.checkpoint_index,
+            checkpoint_config.checkpoint_dir_name,
+        )
+    else:
+        index, name = SEQUENTIAL, DEFAULT_DIR_NAME_TEMPLATE
+
+    def factory(*args: Any, **kwargs: Any) -> StorageContext:
+        return cls(*args, checkpoint_index=index, checkpoint_dir_name=name, **kwargs)
+
+    return factory
+
+
+@contextlib.contextmanager
+def checkpoint_policy_installed(
+    checkpoint_config: Any, storage_context_cls: Optional[type[StorageContext]] = None
+) -> Iterator[None]:
+    """Use the policy for experiments built in this context; undo on exit.
+
+    ``Experiment._storage_context_cls`` is swapped for a dispatcher while at
+    least one ray_tt_ext fit runs and restored when the last one returns or
+    raises; each fit's policy lives in a context variable, so Tuners with
+    different policies (even in threads) do not interfere. Runs on the driver.
+    """
+    global _install_depth, _original_storage_cls
+    factory = storage_factory(checkpoint_config, storage_context_cls)
+    if factory is None:
+        yield
+        return
+    with _install_lock:
+        if _install_depth == 0:
+            _original_storage_cls = _compat.set_experiment_storage_context_cls(
+                staticmethod(_dispatching_storage_context)
+            )
+        _install_depth += 1
+    token = _ACTIVE.set(factory)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+        with _install_lock:
+            _install_depth -= 1
+            if _install_depth == 0:
+                _compat.set_experiment_storage_context_cls(_original_storage_cls)
+                _original_storage_cls = None

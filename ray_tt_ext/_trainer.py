@@ -1,0 +1,389 @@
+"""Self-free trainers: what Tune registers never carries the Trainer or its data.
+
+Ray's ``BaseTrainer.as_trainable`` builds a Trainable class inside a method, so
+anything the method's closure reaches (``self`` in Ray 2.10's regression
+#43146, the ``metadata`` dict in every release since) is pickled into the
+actor class that Tune registers in the GCS. Here the Trainable is a
+module-level class (:class:`_TrainCoordinator`); the per-trainer class Tune
+registers is a tiny subclass whose attributes are the trainer *class*, a
+handle to the constructor arguments in the object store, and the scaling
+config. The coordinator runs :func:`_train_coordinator_fn`, a module-level
+function that takes the trainer class and its arguments explicitly.
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+import ray
+
+from ray_tt_ext import _compat
+from ray_tt_ext._compat import (
+    AirRunConfig,
+    AirScalingConfig,
+    FunctionTrainable,
+    PlacementGroupFactory,
+)
+from ray_tt_ext._payload import check_registered_payload, measuring_registered
+
+logger = logging.getLogger("ray_tt_ext")
+
+
+# ---------------------------------------------------------------------------
+# Constructor arguments in the object store
+# ---------------------------------------------------------------------------
+
+
+def _params_from_ref(ref: ray.ObjectRef) -> _ObjectStoreParams:
+    params = _ObjectStoreParams.__new__(_ObjectStoreParams)
+    params._pending, params._ref, params._missing = None, ref, False
+    return params
+
+
+def _params_from_pending(pending: dict[str, Any]) -> _ObjectStoreParams:
+    return _ObjectStoreParams(pending)
+
+
+def _params_missing() -> _ObjectStoreParams:
+    params = _ObjectStoreParams.__new__(_ObjectStoreParams)
+    params._pending, params._ref, params._missing = None, None, True
+    return params
+
+
+class _ObjectStoreParams:
+    """A trainer's constructor arguments, put into the object store once.
+
+    Created on the driver by ``as_trainable()``. With Ray running, the
+    arguments go into the object store right away (one ``ray.put``); before
+    ``ray.init()`` they are held here and put by a post-init hook, so that
+    nothing large is ever pickled into what Tune registers. Pickling this
+    object yields the ``ObjectRef`` only; ``get()`` in the coordinator actor
+    fetches the arguments. The reference lives as long as this holder (the
+    converted trainable, i.e. the Tuner), not for the life of the process as
+    with ``tune.with_parameters``.
+    """
+
+    def __init__(self, params: dict[str, Any]):
+        self._pending: Optional[dict[str, Any]] = params
+        self._ref: Optional[ray.ObjectRef] = None
+        self._missing = False
+        if ray.is_initialized():
+            self.flush()
+        else:
+            self_ref = weakref.ref(self)
+
+            def _flush_after_init() -> None:
+                holder = self_ref()
+                if holder is not None:
+                    holder.flush()
+
+            _compat.add_post_init_hook(_flush_after_init)
+
+    def flush(self) -> None:
+        """Put pending arguments into the object store (driver)."""
+        if self._ref is None and self._pending is not None:
+            self._ref = ray.put(self._pending)
+            self._pending = None
+
+    def get(self) -> dict[str, Any]:
+        """The constructor arguments (coordinator actor, or driver)."""
+        if self._missing:
+            raise RuntimeError(
+                "The trainer's constructor arguments were not in the object store "
+                "when its Tune trainable was pickled (Ray was not initialized). "
+                "Fix: call ray.init() before pickling the trainable yourself, or "
+                "let Tuner.fit() start Ray."
+            )
+        if self._ref is None:
+            if not ray.is_initialized():
+                return dict(self._pending or {})
+            self.flush()
+        return ray.get(self._ref)
+
+    def __reduce__(self):
+        if self._ref is None and not self._missing and ray.is_initialized():
+            self.flush()
+        if self._ref is not None:
+            return (_params_from_ref, (self._ref,))
+        if self._missing or measuring_registered():
+            # What Tune registers once Ray runs: a reference, not the data.
+            return (_params_missing, ())
+        return (_params_from_pending, (self._pending,))
+
+
+# ---------------------------------------------------------------------------
+# The coordinator
+# ---------------------------------------------------------------------------
+
+
+def _train_coordinator_fn(
+    config: dict[str, Any], trainer_cls: type[_compat.BaseTrainer]
+) -> None:
+    """The Ray Train coordinator: runs in the trial actor, never on the driver.
+
+    Replaces ``ray.train.base_trainer._train_coordinator_fn`` (Ray 2.40 ..
+    2.60). It builds a new trainer of ``trainer_cls`` from ``config`` (the
+    constructor arguments merged with Tune's hyperparameters) and runs its
+    training loop. It takes no ``self`` and no bound method, so nothing of the
+    driver's trainer instance is captured.
+    """
+    _compat.ensure_train_v1()
+    trainer = trainer_cls(**config)
+    # Propagate (validated) user metadata from the Trainer constructor.
+    _compat.get_session().metadata = trainer.metadata
+    checkpoint = _compat.get_checkpoint()
+    if checkpoint:
+        # Auto-recovery and manual restore resume from Tune's checkpoint; else
+        # Train starts from the user's `resume_from_checkpoint`.
+        trainer.starting_checkpoint = checkpoint
+    trainer.datasets = {k: d() if callable(d) else d for k, d in trainer.datasets.items()}
+    trainer.setup()
+    trainer.training_loop()
+
+
+def _as_scaling_config(value: Any) -> AirScalingConfig:
+    return AirScalingConfig(**value) if isinstance(value, dict) else value
+
+
+class _TrainCoordinator(FunctionTrainable):
+    """The Tune Trainable behind every ray_tt_ext trainer (trial actor).
+
+    A per-trainer subclass made by :func:`_make_trainable_cls` sets the class
+    attributes below; they are all small, so what Tune registers is a few KiB
+    whatever the trainer carries.
+    """
+
+    _name = "Trainer"
+    _trainer_cls: type[_compat.BaseTrainer]
+    _params: _ObjectStoreParams
+    _base_scaling_config: AirScalingConfig
+    _has_base_dataset = False
+    _dataset_context: Any = None
+
+    @classmethod
+    def has_base_dataset(cls) -> bool:
+        """Whether the trainer was given datasets (Ray's TrainTrainable API)."""
+        return cls._has_base_dataset
+
+    @classmethod
+    def base_scaling_config(cls) -> AirScalingConfig:
+        """The scaling config given to the trainer (Ray's TrainTrainable API)."""
+        return cls._base_scaling_config
+
+    def setup(self, config: dict[str, Any], **kwargs: Any) -> None:
+        """Pull the trainer's arguments from the object store and merge Tune's.
+
+        Overrides ``TrainTrainable.setup`` from Ray's
+        ``BaseTrainer._generate_trainable_cls``; runs in the trial actor.
+        """
+        base_config = dict(self._params.get())
+        # run_config is not a hyperparameter: it is not merged.
+        run_config = base_config.pop("run_config", None)
+        merged = _compat.deep_update(base_config, self.config, new_keys_allowed=True)
+        merged["run_config"] = run_config
+        scaling_config = _as_scaling_config(
+            merged.get("scaling_config") or AirScalingConfig()
+        )
+        merged["scaling_config"] = self._reconcile_scaling_config(scaling_config)
+        self._merged_config = merged
+        if self._has_base_dataset:
+            from ray.data.context import DataContext
+
+            DataContext._set_current(self._dataset_context)
+        super().setup(config)
+
+    def _reconcile_scaling_config(
+        self, scaling_config: AirScalingConfig
+    ) -> AirScalingConfig:
+        """Match the scaling config to the trial's resources.
+
+        Same as Ray's ``TrainTrainable._reconcile_scaling_config_with_trial_resources``
+        (ResourceChangingScheduler support); runs in the trial actor.
+        """
+        trial_resources = self.trial_resources
+        if not isinstance(trial_resources, PlacementGroupFactory):
+            return scaling_config
+        if trial_resources == scaling_config.as_placement_group_factory():
+            return scaling_config
+        self._trainer_cls._validate_scaling_config(scaling_config)
+        return AirScalingConfig.from_placement_group_factory(trial_resources)
+
+    def _trainable_func(self, config: dict[str, Any]) -> None:
+        """Run the coordinator with the merged config, not Tune's.
+
+        Overrides ``FunctionTrainable._trainable_func``; runs in the trial
+        actor's training thread.
+        """
+        _train_coordinator_fn(self._merged_config, self._trainer_cls)
+        # Like Ray's wrap_function: mark the end without logging twice.
+        _compat.get_session().report({_compat.RESULT_DUPLICATE: True})
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> PlacementGroupFactory:
+        """Resources of one trial, from the (possibly tuned) scaling config.
+
+        Same as Ray's ``TrainTrainable.default_resource_request``; runs on the
+        driver.
+        """
+        scaling_config = _as_scaling_config(
+            config.get("scaling_config", cls._base_scaling_config)
+        )
+        return cls._trainer_cls._validate_scaling_config(
+            scaling_config
+        ).as_placement_group_factory()
+
+
+def _make_trainable_cls(trainer: _compat.BaseTrainer) -> type[_TrainCoordinator]:
+    """The per-trainer Trainable class: small attributes only (driver)."""
+    trainer_cls = type(trainer)
+    dataset_context = None
+    if trainer.datasets:
+        from ray.data.context import DataContext
+
+        dataset_context = DataContext.get_current()
+    attrs = {
+        "_name": trainer_cls.__name__,
+        "_trainer_cls": trainer_cls,
+        "_params": _ObjectStoreParams(dict(trainer._param_dict)),
+        "_base_scaling_config": trainer.scaling_config,
+        "_has_base_dataset": bool(trainer.datasets),
+        "_dataset_context": dataset_context,
+        "_handles_checkpoint_freq": trainer_cls._handles_checkpoint_freq,
+        "_handles_checkpoint_at_end": trainer_cls._handles_checkpoint_at_end,
+        "__module__": __name__,
+    }
+    return type("TrainTrainable", (_TrainCoordinator,), attrs)
+
+
+class BaseTrainer(_compat.BaseTrainer):
+    """Ray's V1 ``BaseTrainer`` whose ``as_trainable()`` is self-free and size-checked.
+
+    Subclass it as you would Ray's. To give an existing trainer class (a
+    framework trainer such as ``TorchTrainer``, or your own subclass of Ray's
+    ``DataParallelTrainer``) the same guarantees, put this class first::
+
+        class MyTorchTrainer(ray_tt_ext.BaseTrainer, TorchTrainer):
+            pass
+    """
+
+    # No __init__ here: as a mixin (first base) this class must leave the
+    # trainer's own constructor, and so Ray's signature-recording __new__, alone.
+
+    def _validate_attributes(self) -> None:
+        """Fail fast on Train V2 objects before Ray's own checks.
+
+        Overrides Ray's ``BaseTrainer._validate_attributes`` (called from
+        ``BaseTrainer.__init__``); runs wherever the trainer is built (driver,
+        and the coordinator actor).
+        """
+        _compat.ensure_train_v1(self.run_config, self.scaling_config)
+        super()._validate_attributes()
+
+    def _generate_trainable_cls(self) -> type[_TrainCoordinator]:
+        """Build the per-trainer Trainable class without capturing ``self``.
+
+        Overrides Ray's ``BaseTrainer._generate_trainable_cls`` (Ray 2.40 ..
+        2.60); runs on the driver. The constructor arguments go into the object
+        store here, once per call.
+        """
+        return _make_trainable_cls(self)
+
+    def as_trainable(self) -> type[_TrainCoordinator]:
+        """Convert this trainer to a Tune Trainable class, self-free and size-checked.
+
+        Overrides Ray's ``BaseTrainer.as_trainable``; runs on the driver (or,
+        under Ray Client, in the remote Tuner actor). Measures what Tune will
+        register before anything is sent to the GCS.
+
+        Raises:
+            PayloadTooLargeError: the Trainable would be over the payload limit
+                (``RAY_TT_EXT_PAYLOAD_LIMIT``, else Ray's
+                ``FUNCTION_SIZE_ERROR_THRESHOLD``).
+        """
+        _compat.ensure_train_v1(self.run_config, self.scaling_config)
+        trainable = self._generate_trainable_cls()
+        check_registered_payload(
+            trainable, what=f"The Tune trainable of {type(self).__name__}"
+        )
+        return trainable
+
+
+class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):
+    """Ray's V1 ``DataParallelTrainer``, self-free, with an optional remote executor.
+
+    Args:
+        remote_executor: Run Ray's ``BackendExecutor`` in its own zero-CPU actor
+            on the coordinator's node (:class:`ray_tt_ext.RemoteBackendExecutor`)
+            instead of inside the coordinator process. Default ``False``, as in
+            Ray.
+
+    All other arguments are Ray's ``DataParallelTrainer`` arguments.
+    """
+
+    def __init__(
+        self,
+        train_loop_per_worker: Union[Callable[[], None], Callable[[dict], None]],
+        *,
+        train_loop_config: Optional[dict] = None,
+        backend_config: Optional[Any] = None,
+        scaling_config: Optional[AirScalingConfig] = None,
+        dataset_config: Optional[Any] = None,
+        run_config: Optional[AirRunConfig] = None,
+        datasets: Optional[dict[str, Any]] = None,
+        metadata: Optional[dict[str, Any]] = None,
+        resume_from_checkpoint: Optional[Any] = None,
+        remote_executor: bool = False,
+    ):
+        if not isinstance(remote_executor, bool):
+            raise TypeError(
+                f"remote_executor must be True or False, got {remote_executor!r}."
+            )
+        self._remote_executor = remote_executor
+        if remote_executor:
+            from ray_tt_ext._executor import RemoteBackendExecutor
+
+            self._backend_executor_cls = RemoteBackendExecutor
+        super().__init__(
+            train_loop_per_worker,
+            train_loop_config=train_loop_config,
+            backend_config=backend_config,
+            scaling_config=scaling_config,
+            dataset_config=dataset_config,
+            run_config=run_config,
+            datasets=datasets,
+            metadata=metadata,
+            resume_from_checkpoint=resume_from_checkpoint,
+        )
+
+    def _propagate_results(self, training_results: list[Any]) -> None:
+        """Process one round of worker reports: metrics and checkpoint, in order.
+
+        Extends Ray's ``DataParallelTrainer._propagate_results``, the single
+        place where the coordinator handles both reports and checkpoints; runs
+        in the coordinator (trial actor). The rule for workers that disagree:
+        a checkpoint is registered when at least one worker reports one (Ray's
+        rule; rank 0's metrics are recorded with it), and every worker that
+        reports one must have uploaded it to the same folder. A mismatch (e.g.
+        a ``checkpoint_dir_name`` template over a metric that differs between
+        workers, or checkpoints reported by a changing set of workers) raises
+        a ``ValueError`` naming the folders, instead of Ray's bare assertion.
+        """
+        folders = [
+            (rank, result.checkpoint.path)
+            for rank, result in enumerate(training_results)
+            if result.checkpoint is not None
+        ]
+        if len({path for _, path in folders}) > 1:
+            listing = ", ".join(f"worker {rank}: {path}" for rank, path in folders)
+            raise ValueError(
+                "Training workers uploaded one checkpoint to different folders "
+                f"({listing}). Each worker names the folder from its own reported "
+                "metrics and checkpoint count. Fix: report the metrics used by "
+                "checkpoint_dir_name with the same value on every worker, and report "
+                "checkpoints from the same workers every time (e.g. rank 0 only, or "
+                "all workers)."
+            )
+        super()._propagate_results(training_results)

@@ -1,0 +1,271 @@
+"""A drop-in ``ray.tune.Tuner`` that converts a Trainer once and guards the payload.
+
+``trainable`` and ``converted_trainable`` are linked (Ray PR "Only convert a
+BaseTrainer to Trainable once in the Tuner", seed 000): setting the trainable
+converts it, exactly once; the converted trainable is never stale; neither is
+pickled into the experiment state (``tuner.pkl``). ``Tuner.restore`` returns
+this class. Under Ray Client the internal Tuner runs as a zero-CPU actor on
+the client-server node, with Train V1 enabled in its environment.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, Optional, Union
+
+import pyarrow.fs
+import ray
+import ray.tune
+
+from ray_tt_ext import _compat
+from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
+from ray_tt_ext._payload import check_registered_payload, resolve_payload_limit
+from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
+
+logger = logging.getLogger("ray_tt_ext")
+
+TrainableLike = Union[str, Callable, type[ray.tune.Trainable], BaseTrainer]
+
+
+def _is_ray_client() -> bool:
+    return ray.util.client.ray.is_connected()
+
+
+class _TunerInternal(TunerInternal):
+    """Ray's ``TunerInternal`` with once-only conversion, a payload guard and
+    the checkpoint policy.
+
+    Runs on the driver, or under Ray Client inside a zero-CPU actor on the
+    client-server node (see :func:`_remote_tuner_internal_cls`).
+    """
+
+    def __init__(
+        self,
+        *,
+        payload_limit: Optional[int] = None,
+        storage_context_cls: Optional[type[StorageContext]] = None,
+        **kwargs: Any,
+    ):
+        # Validated now, so bad input fails before anything is written.
+        if payload_limit is not None:
+            resolve_payload_limit(payload_limit)
+        if storage_context_cls is not None and not (
+            isinstance(storage_context_cls, type)
+            and issubclass(storage_context_cls, StorageContext)
+        ):
+            raise TypeError(
+                "storage_context_cls must be a subclass of ray_tt_ext.StorageContext, "
+                f"got {storage_context_cls!r}."
+            )
+        self._storage_context_cls = storage_context_cls
+        self._payload_limit = payload_limit
+        # What this call was given; on restore it wins over tuner.pkl's values.
+        self._explicit = {
+            "_payload_limit": payload_limit,
+            "_storage_context_cls": storage_context_cls,
+        }
+        self._guarded_trainable_id: Optional[int] = None
+        super().__init__(**kwargs)
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Restore ``tuner.pkl``; options given to ``Tuner.restore`` win.
+
+        Extends Ray's ``TunerInternal.__setstate__``; runs on the driver.
+        """
+        explicit = getattr(self, "_explicit", {})
+        super().__setstate__(state)
+        for name, value in explicit.items():
+            if value is not None:
+                setattr(self, name, value)
+        self._explicit = explicit
+        self._guarded_trainable_id = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Ray's experiment state, minus our in-memory bookkeeping.
+
+        Extends Ray's ``TunerInternal.__getstate__`` (which already drops the
+        trainable and the converted trainable); runs on the driver.
+        """
+        state = super().__getstate__()
+        state.pop("_guarded_trainable_id", None)
+        state.pop("_explicit", None)
+        return state
+
+    def _convert_trainable(self, trainable: TrainableLike) -> Any:
+        """Convert a Trainer with ``as_trainable()``; leave other trainables as is.
+
+        Overrides Ray's ``TunerInternal._convert_trainable``; runs on the
+        driver (or the Ray Client Tuner actor). Called only from the
+        ``trainable`` setter, so exactly once per assignment.
+        """
+        if isinstance(trainable, BaseTrainer):
+            _compat.ensure_train_v1(trainable.run_config, trainable.scaling_config)
+            return trainable.as_trainable()
+        return trainable
+
+    def _guard(self, trainable: Any) -> None:
+        if self._guarded_trainable_id == id(trainable):
+            return
+        what = f"The trainable `{Experiment.get_trainable_name(trainable)}`"
+        check_registered_payload(trainable, what=what, limit=self._payload_limit)
+        self._guarded_trainable_id = id(trainable)
+
+    def _validate_trainable(
+        self, trainable: Any, required_trainable_name: Optional[str] = None
+    ) -> None:
+        """Measure what Tune will register (which also proves it pickles).
+
+        Overrides Ray's ``TunerInternal._validate_trainable``, which pickles the
+        whole trainable (copying every large buffer) only to check that it
+        can; runs on the driver (or the Ray Client Tuner actor).
+
+        Raises:
+            PayloadTooLargeError: the trainable is over the payload limit.
+            ValueError: on restore, the trainable is not the original one.
+        """
+        if isinstance(trainable, str):
+            return
+        self._guard(trainable)
+        if required_trainable_name is None:
+            return
+        trainable_name = Experiment.get_trainable_name(trainable)
+        if trainable_name != required_trainable_name:
+            raise ValueError(
+                "Invalid `trainable` input to `Tuner.restore()`: got a trainable "
+                f"named '{trainable_name}', but the experiment was run with "
+                f"'{required_trainable_name}'. Fix: pass the trainable (or a "
+                "trainer of the same class) that the original Tuner was given."
+            )
+
+    def fit(self):
+        """Guard the payload, install the checkpoint policy, run Tune.
+
+        Extends Ray's ``TunerInternal.fit``; runs on the driver (or the Ray
+        Client Tuner actor).
+        """
+        trainable = self.converted_trainable
+        if not isinstance(trainable, str):
+            self._guard(trainable)
+        with checkpoint_policy_installed(
+            self._run_config.checkpoint_config, self._storage_context_cls
+        ):
+            return super().fit()
+
+
+def _remote_tuner_internal_cls():
+    """The Ray Client flavour: a zero-CPU actor on the client-server node.
+
+    Replaces Ray's ``_force_on_current_node(ray.remote(num_cpus=0)(TunerInternal))``
+    in ``Tuner.__init__``/``Tuner.restore`` (Ray 2.40 .. 2.60); runs on the
+    client. The actor's environment enables Train V1, which Tune then copies
+    into every trial actor.
+    """
+    return ray.remote(_TunerInternal).options(
+        num_cpus=0,
+        runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
+        **_compat.force_on_current_node_options(),
+    )
+
+
+class Tuner(ray.tune.Tuner):
+    """``ray.tune.Tuner`` that converts a Trainer once and checks its payload.
+
+    Same constructor as Ray's, plus:
+
+    Args:
+        payload_limit: Largest pickled trainable (bytes) this Tuner lets Tune
+            register. Default: ``RAY_TT_EXT_PAYLOAD_LIMIT`` if set, else Ray's
+            ``FUNCTION_SIZE_ERROR_THRESHOLD``; never above
+            ``GRPC_MAX_MESSAGE_BYTES``.
+        storage_context_cls: A subclass of :class:`ray_tt_ext.StorageContext`
+            with a checkpoint index/name policy of your own, for this Tuner's
+            experiment only. Not needed for ``ray_tt_ext.CheckpointConfig``.
+
+    Raises:
+        PayloadTooLargeError: on construction, ``fit()`` or ``restore()``,
+            before anything is sent to the GCS.
+        TrainV2EnabledError: Train V2 is active (see the README).
+    """
+
+    def __init__(
+        self,
+        trainable: Optional[TrainableLike] = None,
+        *,
+        param_space: Optional[dict[str, Any]] = None,
+        tune_config: Optional[ray.tune.TuneConfig] = None,
+        run_config: Optional[Any] = None,
+        payload_limit: Optional[int] = None,
+        storage_context_cls: Optional[type[StorageContext]] = None,
+        _tuner_kwargs: Optional[dict] = None,
+        _tuner_internal: Optional[Any] = None,
+        _entrypoint: AirEntrypoint = AirEntrypoint.TUNER,
+    ):
+        self._is_ray_client = _is_ray_client()
+        if _tuner_internal is not None:
+            if self._is_ray_client:
+                self._remote_tuner = _tuner_internal
+            else:
+                self._local_tuner = _tuner_internal
+            return
+        _compat.ensure_train_v1(run_config)
+        kwargs = dict(
+            trainable=trainable,
+            param_space=param_space,
+            tune_config=tune_config,
+            run_config=run_config,
+            payload_limit=payload_limit,
+            storage_context_cls=storage_context_cls,
+            _tuner_kwargs=_tuner_kwargs,
+            _entrypoint=_entrypoint,
+        )
+        if self._is_ray_client:
+            self._remote_tuner = _remote_tuner_internal_cls().remote(**kwargs)
+        else:
+            self._local_tuner = _TunerInternal(**kwargs)
+
+    @classmethod
+    def restore(
+        cls,
+        path: str,
+        trainable: TrainableLike,
+        resume_unfinished: bool = True,
+        resume_errored: bool = False,
+        restart_errored: bool = False,
+        param_space: Optional[dict[str, Any]] = None,
+        storage_filesystem: Optional[pyarrow.fs.FileSystem] = None,
+        _resume_config: Optional[ray.tune.ResumeConfig] = None,
+        *,
+        payload_limit: Optional[int] = None,
+        storage_context_cls: Optional[type[StorageContext]] = None,
+    ) -> Tuner:
+        """Restore a run, as Ray's ``Tuner.restore``, returning a ``ray_tt_ext.Tuner``.
+
+        The trainable (or trainer) is converted once. ``payload_limit`` and
+        ``storage_context_cls`` as in the constructor.
+        """
+        _compat.ensure_train_v1()
+        resume = ray.tune.ResumeConfig.ResumeType
+        errored = resume.SKIP
+        if resume_errored:
+            errored = resume.RESUME
+        elif restart_errored:
+            errored = resume.RESTART
+        resume_config = _resume_config or ray.tune.ResumeConfig(
+            unfinished=resume.RESUME if resume_unfinished else resume.SKIP,
+            errored=errored,
+        )
+        kwargs = dict(
+            restore_path=path,
+            resume_config=resume_config,
+            trainable=trainable,
+            param_space=param_space,
+            storage_filesystem=storage_filesystem,
+            payload_limit=payload_limit,
+            storage_context_cls=storage_context_cls,
+        )
+        if _is_ray_client():
+            internal = _remote_tuner_internal_cls().remote(**kwargs)
+        else:
+            internal = _TunerInternal(**kwargs)
+        return cls(_tuner_internal=internal)
