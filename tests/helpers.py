@@ -1,0 +1,134 @@
+"""Trainables, trainers and spies shared by the tests (importable by Ray workers)."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from typing import Any, Dict, Optional
+
+import ray
+import ray.train
+import ray.tune
+
+import ray_tt_ext
+
+COUNTER_NAME = "ray_tt_ext_test_conversion_counter"
+COUNTER_NAMESPACE = "ray_tt_ext_tests"
+
+
+@ray.remote(num_cpus=0)
+class Counter:
+    """A named actor that counts events wherever they happen (driver, actors)."""
+
+    def __init__(self) -> None:
+        self.counts: Dict[str, int] = {}
+
+    def incr(self, key: str) -> int:
+        self.counts[key] = self.counts.get(key, 0) + 1
+        return self.counts[key]
+
+    def get(self, key: str) -> int:
+        return self.counts.get(key, 0)
+
+
+def get_or_create_counter():
+    """The counter actor, detached: it lives as long as the Ray cluster the test uses."""
+    return Counter.options(
+        name=COUNTER_NAME, namespace=COUNTER_NAMESPACE, get_if_exists=True, lifetime="detached"
+    ).remote()
+
+
+def _count(key: str) -> None:
+    counter = ray.get_actor(COUNTER_NAME, namespace=COUNTER_NAMESPACE)
+    ray.get(counter.incr.remote(key))
+
+
+def conversions(key: str) -> int:
+    counter = ray.get_actor(COUNTER_NAME, namespace=COUNTER_NAMESPACE)
+    return ray.get(counter.get.remote(key))
+
+
+class CountingTrainer(ray_tt_ext.DataParallelTrainer):
+    """A spy: counts every ``as_trainable()`` call, by ``metadata['spy_key']``."""
+
+    def as_trainable(self):
+        _count((self.metadata or {}).get("spy_key", "default"))
+        return super().as_trainable()
+
+
+class CountingRayTrainer(ray.train.data_parallel_trainer.DataParallelTrainer):
+    """Ray's own trainer with the same spy, to check the Tuner with upstream trainers."""
+
+    def as_trainable(self):
+        _count((self.metadata or {}).get("spy_key", "default"))
+        return super().as_trainable()
+
+
+def report_loop(config: Dict[str, Any]) -> None:
+    """Reports ``num_reports`` metrics; a checkpoint every ``checkpoint_every``."""
+    ctx = ray.train.get_context()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                start = json.load(f)["step"] + 1
+    fail_at = config.get("fail_at_step")
+    marker = config.get("fail_marker")
+    for step in range(start, config.get("num_reports", 3)):
+        if fail_at is not None and step == fail_at and marker and not os.path.exists(marker):
+            open(marker, "w").close()
+            os._exit(1)  # a worker dies mid-run (once)
+        metrics = {"step": step, "loss": 1.0 / (step + 1)}
+        every = config.get("checkpoint_every", 1)
+        wants = every and (step + 1) % every == 0
+        if wants and (ctx.get_world_rank() == 0 or config.get("all_ranks_checkpoint")):
+            with tempfile.TemporaryDirectory() as d:
+                with open(os.path.join(d, "state.json"), "w") as f:
+                    json.dump({"step": step, "rank": ctx.get_world_rank()}, f)
+                ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+        else:
+            ray.train.report(metrics)
+
+
+def function_trainable(config: Dict[str, Any]) -> None:
+    """A Tune function trainable with a checkpoint per step."""
+    start = 0
+    checkpoint = ray.tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                start = json.load(f)["step"] + 1
+    for step in range(start, config.get("num_reports", 3)):
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ray.tune.report(
+                {"step": step, "loss": 1.0 / (step + 1), **config.get("extra", {})},
+                checkpoint=ray.tune.Checkpoint.from_directory(d),
+            )
+
+
+class ClassTrainable(ray.tune.Trainable):
+    """A Tune class trainable; checkpoints carry the iteration they were taken at."""
+
+    def setup(self, config: Dict[str, Any]) -> None:
+        self.value = 0
+
+    def step(self) -> Dict[str, Any]:
+        self.value += 1
+        return {"metric": self.iteration + 100, "value": self.value}
+
+    def save_checkpoint(self, checkpoint_dir: str) -> Optional[Dict]:
+        with open(os.path.join(checkpoint_dir, "state.json"), "w") as f:
+            json.dump({"value": self.value, "iteration": self.iteration}, f)
+        return None
+
+    def load_checkpoint(self, checkpoint_dir: str) -> None:
+        with open(os.path.join(checkpoint_dir, "state.json")) as f:
+            self.value = json.load(f)["value"]
+
+
+def quiet_run_config(storage_path: str, name: str, **kwargs: Any) -> ray.tune.RunConfig:
+    return ray.tune.RunConfig(storage_path=storage_path, name=name, verbose=0, **kwargs)

@@ -1,0 +1,189 @@
+"""Once-only conversion, restore, and object-store traffic of ray_tt_ext.Tuner (seed 000)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pytest
+import ray
+import ray.train
+import ray.tune
+from helpers import (
+    ClassTrainable,
+    CountingRayTrainer,
+    CountingTrainer,
+    conversions,
+    function_trainable,
+    get_or_create_counter,
+    quiet_run_config,
+    report_loop,
+)
+
+import ray_tt_ext
+from ray_tt_ext import Tuner
+
+
+@pytest.fixture
+def spy_key(ray_start_4_cpus):
+    get_or_create_counter()
+    return uuid.uuid4().hex
+
+
+def _trainer(cls=CountingTrainer, spy_key="default", **config):
+    return cls(
+        report_loop,
+        train_loop_config={"num_reports": 2, **config},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        metadata={"spy_key": spy_key},
+    )
+
+
+@pytest.mark.parametrize("trainer_cls", [CountingTrainer, CountingRayTrainer])
+def test_trainer_converted_once_over_construct_fit_results(trainer_cls, spy_key, storage_path):
+    tuner = Tuner(
+        _trainer(trainer_cls, spy_key),
+        run_config=quiet_run_config(storage_path, "once"),
+    )
+    assert conversions(spy_key) == 1
+    converted = tuner._local_tuner.converted_trainable
+    results = tuner.fit()
+    assert not results.errors
+    assert results[0].metrics["step"] == 1
+    tuner.get_results()
+    assert conversions(spy_key) == 1
+    assert tuner._local_tuner.converted_trainable is converted
+
+
+def test_setting_trainable_reconverts_once_and_is_never_stale(spy_key, storage_path):
+    tuner = Tuner(_trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "relink"))
+    first = tuner._local_tuner.converted_trainable
+    other_key = spy_key + "-other"
+    tuner._local_tuner.trainable = _trainer(spy_key=other_key)
+    assert conversions(spy_key) == 1
+    assert conversions(other_key) == 1
+    assert tuner._local_tuner.converted_trainable is not first
+    assert tuner._local_tuner.trainable.metadata["spy_key"] == other_key
+
+
+def test_tuner_state_on_disk_holds_no_trainer(spy_key, storage_path):
+    big = np.ones(2_000_000)  # 16 MB that must not reach tuner.pkl
+    trainer = _trainer(spy_key=spy_key, weights=big)
+    Tuner(trainer, run_config=quiet_run_config(storage_path, "state"))
+    pkl = Path(storage_path, "state", "tuner.pkl")
+    assert pkl.stat().st_size < 100_000
+    state = pickle.loads(pkl.read_bytes())
+    assert "_trainable" not in state and "_converted_trainable" not in state
+    assert state["__trainable_name"] == "CountingTrainer"
+    assert not any(isinstance(v, ray.train.base_trainer.BaseTrainer) for v in state.values())
+
+
+def test_restore_returns_our_tuner_and_converts_once(spy_key, storage_path, tmp_path):
+    marker = str(tmp_path / "failed_once")
+    tuner = Tuner(
+        _trainer(spy_key=spy_key, num_reports=4, fail_at_step=2, fail_marker=marker),
+        run_config=quiet_run_config(storage_path, "restore"),
+    )
+    results = tuner.fit()
+    assert results.errors, "the first run is meant to fail at step 2"
+    path = os.path.join(storage_path, "restore")
+    assert Tuner.can_restore(path)
+    assert not Tuner.can_restore(str(tmp_path))
+
+    restore_key = spy_key + "-restore"
+    restored = Tuner.restore(
+        path,
+        trainable=_trainer(
+            spy_key=restore_key, num_reports=4, fail_at_step=2, fail_marker=marker
+        ),
+        resume_errored=True,
+    )
+    assert type(restored) is Tuner
+    assert conversions(restore_key) == 1
+    results = restored.fit()
+    assert not results.errors
+    assert results[0].metrics["step"] == 3
+    restored.get_results()
+    assert conversions(restore_key) == 1
+
+
+def test_restore_refuses_another_trainable(spy_key, storage_path):
+    Tuner(_trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "other")).fit()
+    with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
+        Tuner.restore(os.path.join(storage_path, "other"), trainable=function_trainable)
+
+
+def test_large_config_goes_to_object_store_once_per_tuner(spy_key, storage_path, monkeypatch):
+    big = np.random.default_rng(0).random(12_500_000)  # 100 MB
+    puts = []
+    real_put = ray.put
+
+    def spy_put(value, *args, **kwargs):
+        puts.append(value)
+        return real_put(value, *args, **kwargs)
+
+    monkeypatch.setattr(ray, "put", spy_put)
+    trainer = CountingTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 1, "weights": big},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        metadata={"spy_key": spy_key, "notes": "x" * 1_000_000},
+    )
+    tuner = Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.2, 0.3])}},
+        run_config=quiet_run_config(storage_path, "puts"),
+    )
+    results = tuner.fit()
+    assert not results.errors and len(results) == 3
+    carrying_weights = [
+        v
+        for v in puts
+        if isinstance(v, dict) and v.get("train_loop_config", {}).get("weights") is big
+    ]
+    assert len(carrying_weights) == 1
+    assert conversions(spy_key) == 1
+
+
+def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_path):
+    for trainable, name in [(function_trainable, "fn"), (ClassTrainable, "cls")]:
+        tuner = Tuner(
+            trainable,
+            param_space={"num_reports": 2},
+            run_config=quiet_run_config(storage_path, name, stop={"training_iteration": 2}),
+        )
+        assert tuner._local_tuner.converted_trainable is trainable
+        results = tuner.fit()
+        assert not results.errors
+        assert results[0].metrics["training_iteration"] == 2
+
+
+def test_restore_is_a_classmethod_only(ray_start_4_cpus, storage_path):
+    tuner = Tuner(function_trainable, run_config=quiet_run_config(storage_path, "cm"))
+    with pytest.raises(AttributeError, match="classmethod"):
+        tuner.restore(storage_path, function_trainable)
+
+
+def test_train_v1_reaches_trial_actors_and_workers(ray_start_4_cpus, storage_path):
+    def loop(config):
+        import ray.air.config
+
+        ray.train.report(
+            {
+                "env": os.environ.get("RAY_TRAIN_V2_ENABLED"),
+                "v1_namespace": ray.train.RunConfig is ray.air.config.RunConfig,
+            }
+        )
+
+    results = Tuner(
+        ray_tt_ext.DataParallelTrainer(
+            loop, scaling_config=ray.train.ScalingConfig(num_workers=2)
+        ),
+        run_config=quiet_run_config(storage_path, "v1"),
+    ).fit()
+    assert not results.errors
+    assert results[0].metrics["env"] == "0"
+    assert results[0].metrics["v1_namespace"] is True
