@@ -218,13 +218,6 @@ def train_v2_enabled() -> bool:
     return bool(is_v2_enabled())
 
 
-def _train_namespace_is_v2() -> bool:
-    """Whether ``ray.train``'s public names were bound to Train V2 classes."""
-    return ray.train.RunConfig is not AirRunConfig and not issubclass(
-        ray.train.RunConfig, AirRunConfig
-    )
-
-
 _FIX = (
     f"set {V2_ENV_VAR}=0 in the environment before Python starts "
     f"(`export {V2_ENV_VAR}=0`), or `import ray_tt_ext` before anything from "
@@ -248,16 +241,28 @@ def ensure_train_v1(*objects: Any) -> None:
             f"{os.environ.get(V2_ENV_VAR, '<unset>')!s}), but ray_tt_ext extends "
             f"the Train V1 API (Tuner + Trainer). Fix: {_FIX}"
         )
+    v2_types = _train_v2_config_types()
     for obj in objects:
-        module = type(obj).__module__ or ""
-        if module.startswith("ray.train.v2"):
+        if v2_types and isinstance(obj, v2_types):
+            name = type(obj).__name__
             raise TrainV2EnabledError(
-                f"Got a Ray Train V2 `{type(obj).__name__}` ({module}). It comes "
-                f"from `from ray.train import {type(obj).__name__}` run before "
-                f"`import ray_tt_ext` while {V2_ENV_VAR} was unset, so `ray.train` "
-                f"bound its Train V2 classes. ray_tt_ext needs the V1 classes: use "
-                f"`ray.tune.{type(obj).__name__}`, or {_FIX}"
+                f"Got a Ray Train V2 `{name}`. It comes from `from ray.train import "
+                f"{name}` run before `import ray_tt_ext` while {V2_ENV_VAR} was unset, "
+                f"so `ray.train` bound its Train V2 classes. ray_tt_ext needs the V1 "
+                f"classes. Fix: use `ray.tune.{name}` (or `ray.train.{name}` after "
+                f"`import ray_tt_ext`), or {_FIX}"
             )
+
+
+def _train_v2_config_types() -> tuple[type, ...]:
+    """Train V2's config classes, if this process loaded them (driver)."""
+    module = sys.modules.get("ray.train.v2.api.config")
+    if module is None:
+        return ()
+    names = ("RunConfig", "ScalingConfig", "CheckpointConfig", "FailureConfig")
+    return tuple(
+        getattr(module, n) for n in names if isinstance(getattr(module, n, None), type)
+    )
 
 
 def train_v1_runtime_env_vars() -> dict[str, str]:

@@ -127,6 +127,10 @@ def _pickled_size(obj: Any, exclude: Optional[set] = None) -> int:
     return sink.nbytes + sum(n + _IN_BAND_HEADER for n in out_of_band)
 
 
+# PROTO, FRAME and STOP opcodes: what a part costs alone but not inside a whole.
+_STANDALONE_OVERHEAD = _pickled_size(None) - 1
+
+
 # ---------------------------------------------------------------------------
 # Report
 # ---------------------------------------------------------------------------
@@ -383,7 +387,8 @@ def inspect_payload(
                 seen.add(id(child))
                 budget[0] -= 1
                 try:
-                    child_size = _pickled_size(child, exclude=seen)
+                    # A standalone pickle has its own header and STOP opcode.
+                    child_size = _pickled_size(child, exclude=seen) - _STANDALONE_OVERHEAD
                 except Exception:
                     continue
                 if child_size >= threshold:

@@ -130,7 +130,11 @@ class HeadNode:
         ]
         self.log = open(Path(self.temp_dir, "ray_start.log"), "w")
         self.proc = subprocess.Popen(
-            cmd, env=self.env, stdout=self.log, stderr=subprocess.STDOUT, start_new_session=True
+            cmd,
+            env=self.env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait_ready()
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from typing import Any, Dict, Optional
+from typing import Any, Optional
 
 import ray
 import ray.train
@@ -22,7 +22,7 @@ class Counter:
     """A named actor that counts events wherever they happen (driver, actors)."""
 
     def __init__(self) -> None:
-        self.counts: Dict[str, int] = {}
+        self.counts: dict[str, int] = {}
 
     def incr(self, key: str) -> int:
         self.counts[key] = self.counts.get(key, 0) + 1
@@ -35,7 +35,10 @@ class Counter:
 def get_or_create_counter():
     """The counter actor, detached: it lives as long as the Ray cluster the test uses."""
     return Counter.options(
-        name=COUNTER_NAME, namespace=COUNTER_NAMESPACE, get_if_exists=True, lifetime="detached"
+        name=COUNTER_NAME,
+        namespace=COUNTER_NAMESPACE,
+        get_if_exists=True,
+        lifetime="detached",
     ).remote()
 
 
@@ -65,7 +68,7 @@ class CountingRayTrainer(ray.train.data_parallel_trainer.DataParallelTrainer):
         return super().as_trainable()
 
 
-def report_loop(config: Dict[str, Any]) -> None:
+def report_loop(config: dict[str, Any]) -> None:
     """Reports ``num_reports`` metrics; a checkpoint every ``checkpoint_every``."""
     ctx = ray.train.get_context()
     start = 0
@@ -77,7 +80,12 @@ def report_loop(config: Dict[str, Any]) -> None:
     fail_at = config.get("fail_at_step")
     marker = config.get("fail_marker")
     for step in range(start, config.get("num_reports", 3)):
-        if fail_at is not None and step == fail_at and marker and not os.path.exists(marker):
+        if (
+            fail_at is not None
+            and step == fail_at
+            and marker
+            and not os.path.exists(marker)
+        ):
             open(marker, "w").close()
             os._exit(1)  # a worker dies mid-run (once)
         metrics = {"step": step, "loss": 1.0 / (step + 1)}
@@ -92,7 +100,7 @@ def report_loop(config: Dict[str, Any]) -> None:
             ray.train.report(metrics)
 
 
-def function_trainable(config: Dict[str, Any]) -> None:
+def function_trainable(config: dict[str, Any]) -> None:
     """A Tune function trainable with a checkpoint per step."""
     start = 0
     checkpoint = ray.tune.get_checkpoint()
@@ -113,14 +121,14 @@ def function_trainable(config: Dict[str, Any]) -> None:
 class ClassTrainable(ray.tune.Trainable):
     """A Tune class trainable; checkpoints carry the iteration they were taken at."""
 
-    def setup(self, config: Dict[str, Any]) -> None:
+    def setup(self, config: dict[str, Any]) -> None:
         self.value = 0
 
-    def step(self) -> Dict[str, Any]:
+    def step(self) -> dict[str, Any]:
         self.value += 1
         return {"metric": self.iteration + 100, "value": self.value}
 
-    def save_checkpoint(self, checkpoint_dir: str) -> Optional[Dict]:
+    def save_checkpoint(self, checkpoint_dir: str) -> Optional[dict]:
         with open(os.path.join(checkpoint_dir, "state.json"), "w") as f:
             json.dump({"value": self.value, "iteration": self.iteration}, f)
         return None

@@ -43,7 +43,9 @@ def _trainer(cls=CountingTrainer, spy_key="default", **config):
 
 
 @pytest.mark.parametrize("trainer_cls", [CountingTrainer, CountingRayTrainer])
-def test_trainer_converted_once_over_construct_fit_results(trainer_cls, spy_key, storage_path):
+def test_trainer_converted_once_over_construct_fit_results(
+    trainer_cls, spy_key, storage_path
+):
     tuner = Tuner(
         _trainer(trainer_cls, spy_key),
         run_config=quiet_run_config(storage_path, "once"),
@@ -59,7 +61,9 @@ def test_trainer_converted_once_over_construct_fit_results(trainer_cls, spy_key,
 
 
 def test_setting_trainable_reconverts_once_and_is_never_stale(spy_key, storage_path):
-    tuner = Tuner(_trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "relink"))
+    tuner = Tuner(
+        _trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "relink")
+    )
     first = tuner._local_tuner.converted_trainable
     other_key = spy_key + "-other"
     tuner._local_tuner.trainable = _trainer(spy_key=other_key)
@@ -78,7 +82,9 @@ def test_tuner_state_on_disk_holds_no_trainer(spy_key, storage_path):
     state = pickle.loads(pkl.read_bytes())
     assert "_trainable" not in state and "_converted_trainable" not in state
     assert state["__trainable_name"] == "CountingTrainer"
-    assert not any(isinstance(v, ray.train.base_trainer.BaseTrainer) for v in state.values())
+    assert not any(
+        isinstance(v, ray.train.base_trainer.BaseTrainer) for v in state.values()
+    )
 
 
 def test_restore_returns_our_tuner_and_converts_once(spy_key, storage_path, tmp_path):
@@ -111,12 +117,16 @@ def test_restore_returns_our_tuner_and_converts_once(spy_key, storage_path, tmp_
 
 
 def test_restore_refuses_another_trainable(spy_key, storage_path):
-    Tuner(_trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "other")).fit()
+    Tuner(
+        _trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "other")
+    ).fit()
     with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
         Tuner.restore(os.path.join(storage_path, "other"), trainable=function_trainable)
 
 
-def test_large_config_goes_to_object_store_once_per_tuner(spy_key, storage_path, monkeypatch):
+def test_large_config_goes_to_object_store_once_per_tuner(
+    spy_key, storage_path, monkeypatch
+):
     big = np.random.default_rng(0).random(12_500_000)  # 100 MB
     puts = []
     real_put = ray.put

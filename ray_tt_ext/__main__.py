@@ -1,0 +1,128 @@
+"""Command line: ``python -m ray_tt_ext {inspect,demo}``.
+
+``inspect MODULE:ATTR`` prints what ``ray.cloudpickle`` would make of an object
+(a trainable, a trainer, anything) and exits 1 when it is over the limit, so
+it can run in a user's own CI. ``demo`` runs a Tuner over a trainer holding a
+large array on a local Ray and tells what happened.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import sys
+from typing import Any, Optional
+
+EXIT_OK, EXIT_OVER_LIMIT, EXIT_USAGE = 0, 1, 2
+
+
+class _UsageError(Exception):
+    pass
+
+
+def _load(target: str) -> Any:
+    module_name, sep, attr_path = target.partition(":")
+    if not sep or not module_name or not attr_path:
+        raise _UsageError(
+            f"expected MODULE:ATTR (e.g. my_project.train:trainer), got {target!r}"
+        )
+    sys.path.insert(0, os.getcwd())
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except Exception as e:  # the user's module may raise anything on import
+        raise _UsageError(
+            f"could not import module {module_name!r}: {type(e).__name__}: {e}"
+        ) from e
+    for part in attr_path.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise _UsageError(f"{module_name!r} has no attribute {attr_path!r}") from None
+    return obj
+
+
+def _cmd_inspect(args: argparse.Namespace) -> int:
+    from ray_tt_ext._payload import (
+        PayloadTooLargeError,
+        check_registered_payload,
+        format_bytes,
+        resolve_payload_limit,
+    )
+
+    try:
+        limit = resolve_payload_limit(args.limit)
+        obj = _load(args.target)
+    except (_UsageError, ValueError) as e:
+        print(f"ray_tt_ext inspect: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    over = False
+    try:
+        report = check_registered_payload(obj, what=f"`{args.target}`", limit=limit)
+    except PayloadTooLargeError as e:
+        report, over = e.report, True
+    except Exception as e:
+        print(
+            f"ray_tt_ext inspect: error: {args.target} cannot be pickled: "
+            f"{type(e).__name__}: {e}",
+            file=sys.stderr,
+        )
+        return EXIT_USAGE
+    if args.json:
+        print(
+            json.dumps({**report.to_dict(), "limit": limit, "over_limit": over}, indent=2)
+        )
+    else:
+        print(report.format(top=args.top))
+        verdict = "OVER" if over else "within"
+        print(f"\n{verdict} the limit of {format_bytes(limit)} ({limit} bytes)")
+    return EXIT_OVER_LIMIT if over else EXIT_OK
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ray_tt_ext._demo import run_demo
+
+    return run_demo(size_mb=args.size_mb, storage_path=args.storage_path)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m ray_tt_ext")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser(
+        "inspect",
+        help="report what ray.cloudpickle would make of MODULE:ATTR",
+        description="Exit status: 0 within the limit, 1 over it, 2 on bad usage.",
+    )
+    p.add_argument("target", help="MODULE:ATTR, e.g. my_project.train:trainable")
+    p.add_argument(
+        "--limit",
+        type=int,
+        default=None,
+        help="limit in bytes (default: RAY_TT_EXT_PAYLOAD_LIMIT, else Ray's "
+        "FUNCTION_SIZE_ERROR_THRESHOLD)",
+    )
+    p.add_argument("--top", type=int, default=10, help="contributors to list")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p.set_defaults(func=_cmd_inspect)
+    d = sub.add_parser("demo", help="run a Tuner over a trainer with a large array")
+    d.add_argument("--size-mb", type=int, default=200, help="attached array size")
+    d.add_argument("--storage-path", default=None, help="where results go (temp dir)")
+    d.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # argparse exits 2 on bad usage, 0 on --help
+        return int(e.code or 0)
+    if getattr(args, "top", 1) < 1:
+        print("ray_tt_ext inspect: error: --top must be >= 1", file=sys.stderr)
+        return EXIT_USAGE
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

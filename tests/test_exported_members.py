@@ -1,0 +1,63 @@
+"""Lock the public surface: names are a contract (DESIGN.md)."""
+
+import ray.tune
+import ray.tune.error
+from ray.train._internal.storage import StorageContext as RayStorageContext
+from ray.train.base_trainer import BaseTrainer as RayBaseTrainer
+from ray.train.data_parallel_trainer import DataParallelTrainer as RayDataParallelTrainer
+
+import ray_tt_ext
+
+EXPECTED = {
+    "BaseTrainer",
+    "CheckpointConfig",
+    "DataParallelTrainer",
+    "GRPC_MAX_MESSAGE_BYTES",
+    "PayloadReport",
+    "PayloadTooLargeError",
+    "RemoteBackendExecutor",
+    "StorageContext",
+    "Tuner",
+    "__version__",
+    "inspect_payload",
+}
+
+
+def test_all_is_exactly_the_contract():
+    assert set(ray_tt_ext.__all__) == EXPECTED
+    assert len(ray_tt_ext.__all__) == len(EXPECTED)
+    for name in EXPECTED:
+        assert hasattr(ray_tt_ext, name), name
+
+
+def test_public_classes_extend_rays():
+    assert issubclass(ray_tt_ext.Tuner, ray.tune.Tuner)
+    assert issubclass(ray_tt_ext.BaseTrainer, RayBaseTrainer)
+    assert issubclass(ray_tt_ext.DataParallelTrainer, RayDataParallelTrainer)
+    assert issubclass(ray_tt_ext.DataParallelTrainer, ray_tt_ext.BaseTrainer)
+    assert issubclass(ray_tt_ext.StorageContext, RayStorageContext)
+    assert issubclass(ray_tt_ext.CheckpointConfig, ray.tune.CheckpointConfig)
+    assert issubclass(ray_tt_ext.PayloadTooLargeError, ray.tune.error.TuneError)
+    assert "BackendExecutor" in ray_tt_ext.RemoteBackendExecutor.__name__
+
+
+def test_grpc_limit_is_rays_configured_value():
+    # Ray's configured max_grpc_message_size (512 MiB unless overridden).
+    from ray._raylet import Config
+
+    assert ray_tt_ext.GRPC_MAX_MESSAGE_BYTES == Config.max_grpc_message_size()
+
+
+def test_only_compat_imports_ray_internals():
+    from pathlib import Path
+
+    package = Path(ray_tt_ext.__file__).parent
+    offenders = []
+    for path in package.glob("*.py"):
+        if path.name == "_compat.py":
+            continue
+        text = path.read_text()
+        for needle in ("._internal", "ray._private", "ray._raylet", "ray.__version__"):
+            if needle in text:
+                offenders.append(f"{path.name}: {needle}")
+    assert not offenders, offenders

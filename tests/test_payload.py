@@ -1,0 +1,367 @@
+"""inspect_payload, the payload guard and its limits, and the CLI."""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import subprocess
+import sys
+import textwrap
+import tracemalloc
+
+import numpy as np
+import pytest
+import ray
+import ray.cloudpickle
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import ray_tt_ext
+from ray_tt_ext import PayloadTooLargeError, inspect_payload
+from ray_tt_ext._payload import (
+    PAYLOAD_LIMIT_ENV_VAR,
+    check_registered_payload,
+    resolve_payload_limit,
+)
+
+
+def assert_close_to_dumps(obj) -> None:
+    expected = len(ray.cloudpickle.dumps(obj))
+    got = inspect_payload(obj).total_bytes
+    assert abs(got - expected) <= max(256, expected // 100), (got, expected)
+
+
+# -- total_bytes ---------------------------------------------------------------
+
+
+def _main_function(source: str, **globals_):
+    """A function defined in ``__main__`` (pickled by value, like a script's)."""
+    namespace = {"__name__": "__main__", **globals_}
+    exec(textwrap.dedent(source), namespace)
+    return namespace[source.split("def ", 1)[1].split("(", 1)[0]]
+
+
+uses_global = _main_function(
+    "def uses_global(config):\n    return GLOBAL_WEIGHTS.sum()\n",
+    GLOBAL_WEIGHTS=np.ones(100_000),
+)
+
+
+def make_closure(n):
+    weights = np.ones(n)
+
+    def train_loop_per_worker(config):
+        return weights.sum()
+
+    return train_loop_per_worker
+
+
+class Holder:
+    class_blob = b"c" * 50_000
+
+    def __init__(self):
+        self.blob = b"x" * 200_000
+        self.small = 3
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {"a": np.zeros(1_000_000, dtype=np.uint8), "b": [1, 2, 3]},
+        b"y" * 3_000_000,
+        [np.arange(10_000), "s" * 10_000, {"k": (1, 2.0)}],
+        make_closure(200_000),
+        uses_global,
+        Holder(),
+        functools.partial(make_closure(1000), config={"x": 1}),
+        np.arange(10).reshape(2, 5).T,  # non-contiguous array
+    ],
+    ids=["dict", "bytes", "mixed", "closure", "global", "object", "partial", "strided"],
+)
+def test_total_bytes_matches_cloudpickle(obj):
+    assert_close_to_dumps(obj)
+
+
+leaves = st.one_of(
+    st.integers(),
+    st.text(max_size=50),
+    st.binary(max_size=5000),
+    st.integers(min_value=0, max_value=50_000).map(lambda n: np.ones(n, dtype=np.uint8)),
+)
+nested = st.recursive(
+    leaves,
+    lambda children: st.one_of(
+        st.lists(children, max_size=5),
+        st.dictionaries(st.text(max_size=8), children, max_size=5),
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(nested)
+def test_total_bytes_matches_cloudpickle_property(obj):
+    assert_close_to_dumps(obj)
+
+
+# -- contributors ----------------------------------------------------------------
+
+
+def test_closure_variable_named_weights_shows_as_weights():
+    report = inspect_payload(make_closure(1_000_000))
+    top = report.contributors[0]
+    assert top.path == "make_closure.<locals>.train_loop_per_worker.<closure>.weights"
+    assert top.type_name == "numpy.ndarray"
+    assert top.nbytes >= 8_000_000
+
+
+def test_paths_for_globals_keys_attributes_and_class_attributes():
+    report = inspect_payload(uses_global)
+    assert report.contributors[0].path.endswith(".<globals>.GLOBAL_WEIGHTS")
+
+    report = inspect_payload({"outer": {"inner": np.ones(100_000)}}, name="cfg")
+    assert report.contributors[0].path == "cfg['outer']['inner']"
+
+    report = inspect_payload(Holder(), name="holder")
+    assert report.contributors[0].path == "holder.blob"
+
+    local_cls = type("Local", (), {"table": b"t" * 300_000})
+    report = inspect_payload(local_cls)
+    assert report.contributors[0].path == "Local.table"
+
+
+def test_contributors_are_largest_first_and_account_for_the_total():
+    obj = {"big": np.ones(500_000), "medium": np.ones(100_000), "small": b"s" * 20_000}
+    report = inspect_payload(obj, name="obj")
+    sizes = [c.nbytes for c in report.contributors]
+    assert sizes == sorted(sizes, reverse=True)
+    assert [c.path for c in report.contributors[:3]] == [
+        "obj['big']",
+        "obj['medium']",
+        "obj['small']",
+    ]
+    # Each part alone repeats a few memoized bytes (e.g. numpy's reconstructor).
+    assert abs(sum(sizes) - report.total_bytes) <= max(256, report.total_bytes // 100)
+
+
+def test_shared_objects_are_counted_once():
+    shared = np.ones(200_000)
+    report = inspect_payload({"a": shared, "b": shared}, name="d")
+    paths = [c.path for c in report.contributors]
+    assert paths.count("d['a']") + paths.count("d['b']") == 1
+
+
+def test_inspection_does_not_copy_large_buffers():
+    big = np.ones(32 * 1024 * 1024)  # 256 MiB
+    tracemalloc.start()
+    try:
+        report = inspect_payload({"weights": big})
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert report.total_bytes >= big.nbytes
+    assert peak < 8 * 1024 * 1024, peak  # constant extra memory, not a copy
+
+
+def test_unpicklable_objects_raise_what_pickle_raises():
+    import threading
+
+    with pytest.raises(TypeError):
+        inspect_payload({"lock": threading.Lock()})
+
+
+def test_report_formats_table_and_json():
+    report = inspect_payload({"w": np.ones(200_000)}, name="cfg")
+    text = report.format()
+    assert "cfg['w']" in text and "MiB" in text and "numpy.ndarray" in text
+    data = json.loads(report.to_json())
+    assert data["total_bytes"] == report.total_bytes
+    assert data["contributors"][0]["path"] == "cfg['w']"
+
+
+# -- limits --------------------------------------------------------------------------
+
+
+def test_limit_defaults_to_rays_error_threshold(monkeypatch):
+    from ray._private import ray_constants
+
+    monkeypatch.delenv(PAYLOAD_LIMIT_ENV_VAR, raising=False)
+    assert resolve_payload_limit() == ray_constants.FUNCTION_SIZE_ERROR_THRESHOLD
+
+
+def test_limit_from_env_and_explicit(monkeypatch):
+    monkeypatch.setenv(PAYLOAD_LIMIT_ENV_VAR, "12345")
+    assert resolve_payload_limit() == 12345
+    assert resolve_payload_limit(999) == 999
+
+
+@pytest.mark.parametrize("bad", [0, -5, "lots", ray_tt_ext.GRPC_MAX_MESSAGE_BYTES + 1])
+def test_bad_limits_are_rejected_with_the_reason(bad):
+    with pytest.raises(ValueError, match="payload_limit"):
+        resolve_payload_limit(bad)
+
+
+def test_bad_env_limit_is_rejected(monkeypatch):
+    monkeypatch.setenv(PAYLOAD_LIMIT_ENV_VAR, str(2**40))
+    with pytest.raises(ValueError, match=PAYLOAD_LIMIT_ENV_VAR):
+        resolve_payload_limit()
+
+
+def test_grpc_override_is_honoured():
+    code = "import ray_tt_ext; print(ray_tt_ext.GRPC_MAX_MESSAGE_BYTES)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**__import__("os").environ, "RAY_max_grpc_message_size": "104857600"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert out.strip() == "104857600"
+
+
+# -- the guard -----------------------------------------------------------------------
+
+
+def test_guard_raises_with_culprit_and_fix():
+    fn = make_closure(2_000_000)  # 16 MB
+    with pytest.raises(PayloadTooLargeError) as info:
+        check_registered_payload(fn, what="The trainable", limit=1_000_000)
+    err = info.value
+    assert isinstance(err, ray.tune.error.TuneError)
+    assert err.limit == 1_000_000
+    assert err.report.contributors[0].path.endswith("<closure>.weights")
+    message = str(err)
+    assert "<closure>.weights" in message
+    assert "tune.with_parameters" in message and "ray.put" in message
+
+
+def test_guard_warns_above_rays_warning_threshold(caplog):
+    fn = make_closure(1_500_000)  # 12 MB > 10 MB
+    with caplog.at_level(logging.WARNING, logger="ray_tt_ext"):
+        check_registered_payload(fn, what="The trainable")
+    assert any("<closure>.weights" in r.getMessage() for r in caplog.records)
+
+
+def test_tuner_catches_a_function_trainable_capturing_120_mb(
+    ray_start_4_cpus, storage_path
+):
+    weights = np.ones(15_000_000)  # 120 MB
+
+    def train_fn(config):
+        ray.tune.report({"s": float(weights.sum())})
+
+    with pytest.raises(PayloadTooLargeError, match="weights") as info:
+        ray_tt_ext.Tuner(
+            train_fn, run_config=ray.tune.RunConfig(storage_path=storage_path, name="big")
+        )
+    assert info.value.report.total_bytes > 120_000_000
+    # Caught before Tune wrote or registered anything.
+    import os
+
+    assert not os.path.exists(os.path.join(storage_path, "big", "tuner.pkl"))
+
+
+def test_tuner_payload_limit_is_per_tuner(ray_start_4_cpus, storage_path):
+    blob = b"z" * 50_000
+
+    def train_fn(config):
+        ray.tune.report({"n": len(blob)})
+
+    with pytest.raises(PayloadTooLargeError):
+        ray_tt_ext.Tuner(
+            train_fn,
+            payload_limit=10_000,
+            run_config=ray.tune.RunConfig(storage_path=storage_path, name="strict"),
+        )
+    tuner = ray_tt_ext.Tuner(
+        train_fn, run_config=ray.tune.RunConfig(storage_path=storage_path, name="ok")
+    )
+    assert not tuner.fit().errors
+
+
+# -- CLI ---------------------------------------------------------------------------
+
+CLI_MODULE = """
+import numpy as np
+
+def _make():
+    weights = np.ones(2_000_000)
+
+    def big_fn(config):
+        return weights.sum()
+
+    return big_fn
+
+# A module-level function is pickled by reference (tiny); a closure by value.
+big_fn = _make()
+
+def small_fn(config):
+    return 1
+
+import threading
+raises_on_pickle = {"lock": threading.Lock()}
+"""
+
+
+@pytest.fixture
+def cli_module(tmp_path):
+    (tmp_path / "cli_target.py").write_text(textwrap.dedent(CLI_MODULE))
+    (tmp_path / "broken_module.py").write_text("raise RuntimeError('boom at import')\n")
+    return tmp_path
+
+
+def run_cli(cwd, *args):
+    return subprocess.run(
+        [sys.executable, "-m", "ray_tt_ext", "inspect", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_cli_within_limit_exits_0_with_table(cli_module):
+    proc = run_cli(cli_module, "cli_target:small_fn")
+    assert proc.returncode == 0, proc.stderr
+    assert "within the limit" in proc.stdout
+    assert "small_fn" in proc.stdout
+
+
+def test_cli_over_limit_exits_1_and_names_the_culprit(cli_module):
+    proc = run_cli(cli_module, "cli_target:big_fn", "--limit", "1000000", "--top", "3")
+    assert proc.returncode == 1, proc.stderr
+    assert "big_fn.<closure>.weights" in proc.stdout
+    assert "MiB" in proc.stdout
+    assert "OVER the limit" in proc.stdout
+
+
+def test_cli_json(cli_module):
+    proc = run_cli(cli_module, "cli_target:big_fn", "--json")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["over_limit"] is False
+    assert data["contributors"][0]["path"] == "_make.<locals>.big_fn.<closure>.weights"
+    assert data["total_bytes"] > 16_000_000
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["no_colon"], "expected MODULE:ATTR"),
+        (["missing_module_xyz:fn"], "could not import module"),
+        (["broken_module:fn"], "boom at import"),
+        (["cli_target:nope"], "has no attribute"),
+        (["cli_target:raises_on_pickle"], "cannot be pickled"),
+        (["cli_target:small_fn", "--limit", "-1"], "positive"),
+    ],
+)
+def test_cli_bad_usage_exits_2_with_a_clear_message(cli_module, args, message):
+    proc = run_cli(cli_module, *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+
+
+def test_cli_argparse_errors_exit_2(cli_module):
+    proc = run_cli(cli_module)  # missing target
+    assert proc.returncode == 2
