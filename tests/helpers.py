@@ -140,3 +140,23 @@ class ClassTrainable(ray.tune.Trainable):
 
 def quiet_run_config(storage_path: str, name: str, **kwargs: Any) -> ray.tune.RunConfig:
     return ray.tune.RunConfig(storage_path=storage_path, name=name, verbose=0, **kwargs)
+
+
+def function_trainable_failing_once(config: dict[str, Any]) -> None:
+    """``function_trainable`` that raises once at step ``fail_at`` (a marker file remembers)."""
+    start = 0
+    checkpoint = ray.tune.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                start = json.load(f)["step"] + 1
+    for step in range(start, config["num_reports"]):
+        if step == config.get("fail_at") and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError(f"injected failure at step {step}")
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ray.tune.report(
+                {"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d)
+            )
