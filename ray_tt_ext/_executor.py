@@ -26,6 +26,7 @@ and with it the workers it owns.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -55,8 +56,19 @@ class BackendExecutorHost:
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return getattr(self._executor, method)(*args, **kwargs)
 
-    def node_id(self) -> str:
-        return ray.get_runtime_context().get_node_id()
+    def placement_info(self) -> dict[str, Any]:
+        """Where this actor runs: node, placement group, assigned resources."""
+        ctx = ray.get_runtime_context()
+        try:
+            resources = ctx.get_assigned_resources()
+        except AssertionError:  # in-process on a driver: nothing is assigned
+            resources = {}
+        return {
+            "node_id": ctx.get_node_id(),
+            "placement_group_id": ctx.get_placement_group_id(),
+            "assigned_resources": resources,
+            "pid": os.getpid(),
+        }
 
 
 # `ray list actors` shows the class name, BackendExecutorHost.

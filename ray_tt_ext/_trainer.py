@@ -27,6 +27,7 @@ from ray_tt_ext._compat import (
     FunctionTrainable,
     PlacementGroupFactory,
 )
+from ray_tt_ext._executor import RemoteBackendExecutor
 from ray_tt_ext._payload import check_registered_payload, measuring_registered
 
 logger = logging.getLogger("ray_tt_ext")
@@ -323,6 +324,9 @@ class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):
     All other arguments are Ray's ``DataParallelTrainer`` arguments.
     """
 
+    #: The executor class ``remote_executor=True`` selects (a subclass may swap it).
+    _remote_backend_executor_cls: type[Any] = RemoteBackendExecutor
+
     def __init__(
         self,
         train_loop_per_worker: Union[Callable[[], None], Callable[[dict], None]],
@@ -343,9 +347,7 @@ class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):
             )
         self._remote_executor = remote_executor
         if remote_executor:
-            from ray_tt_ext._executor import RemoteBackendExecutor
-
-            self._backend_executor_cls = RemoteBackendExecutor
+            self._backend_executor_cls = self._remote_backend_executor_cls
         super().__init__(
             train_loop_per_worker,
             train_loop_config=train_loop_config,

@@ -31,6 +31,12 @@ class Counter:
     def get(self, key: str) -> int:
         return self.counts.get(key, 0)
 
+    def put(self, key: str, value: Any) -> None:
+        self.counts[key] = value
+
+    def value(self, key: str) -> Any:
+        return self.counts.get(key)
+
 
 def get_or_create_counter():
     """The counter actor, detached: it lives as long as the Ray cluster the test uses."""
@@ -160,3 +166,52 @@ def function_trainable_failing_once(config: dict[str, Any]) -> None:
             ray.tune.report(
                 {"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d)
             )
+
+
+def record(key: str, value: Any) -> None:
+    """Store ``value`` under ``key`` in the shared counter actor (any process)."""
+    counter = ray.get_actor(COUNTER_NAME, namespace=COUNTER_NAMESPACE)
+    ray.get(counter.put.remote(key, value))
+
+
+def recorded(key: str) -> Any:
+    counter = ray.get_actor(COUNTER_NAME, namespace=COUNTER_NAMESPACE)
+    return ray.get(counter.value.remote(key))
+
+
+class RecordingRemoteBackendExecutor(ray_tt_ext.RemoteBackendExecutor):
+    """Records where its actor runs, next to where the coordinator runs."""
+
+    record_key = "executor"
+
+    def start(self, *args: Any, **kwargs: Any) -> None:
+        super().start(*args, **kwargs)
+        ctx = ray.get_runtime_context()
+        info = ray.get(self.actor.placement_info.remote())
+        record(
+            self.record_key,
+            {
+                "coordinator_node": ctx.get_node_id(),
+                "coordinator_pg": ctx.get_placement_group_id(),
+                **info,
+            },
+        )
+
+
+class RecordingTrainer(ray_tt_ext.DataParallelTrainer):
+    _remote_backend_executor_cls = RecordingRemoteBackendExecutor
+
+
+def alive_actors(class_name: str) -> list:
+    """Alive actors of a class, from the GCS (no dashboard needed).
+
+    ``ray._private.state`` is Ray's internal view of the GCS actor table; the
+    public state API needs the dashboard, which these tests do not start.
+    """
+    from ray._private import state
+
+    return [
+        a
+        for a in state.actors().values()
+        if a["ActorClassName"].endswith(class_name) and a["State"] == "ALIVE"
+    ]

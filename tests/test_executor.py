@@ -1,0 +1,267 @@
+"""The remote BackendExecutor: placement, one result loop, faults, no leaks (seed 002)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import ray.train
+import ray.tune
+from helpers import (
+    RecordingTrainer,
+    alive_actors,
+    get_or_create_counter,
+    recorded,
+    report_loop,
+)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+import ray_tt_ext
+from ray_tt_ext import RemoteBackendExecutor, Tuner
+from ray_tt_ext._compat import BackendExecutor
+from ray_tt_ext._executor import BackendExecutorHost, _scheduling_options
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _run(storage_path, name, *, remote=True, trainer_cls=None, max_failures=0, **config):
+    trainer_cls = trainer_cls or ray_tt_ext.DataParallelTrainer
+    trainer = trainer_cls(
+        report_loop,
+        train_loop_config={"num_reports": 4, **config},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        remote_executor=remote,
+    )
+    return Tuner(
+        trainer,
+        run_config=ray.tune.RunConfig(
+            storage_path=storage_path,
+            name=name,
+            verbose=0,
+            failure_config=ray.tune.FailureConfig(max_failures=max_failures),
+        ),
+    ).fit()[0]
+
+
+def _assert_nothing_leaked(timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    leaked = []
+    while time.monotonic() < deadline:
+        leaked = alive_actors("BackendExecutorHost") + alive_actors("RayTrainWorker")
+        if not leaked:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"actors still alive: {[a['ActorClassName'] for a in leaked]}")
+
+
+def test_host_is_a_plain_class_testable_in_process(ray_start_4_cpus):
+    from ray.train.backend import BackendConfig
+
+    host = BackendExecutorHost(
+        BackendExecutor, dict(backend_config=BackendConfig(), num_workers=1, max_retries=0)
+    )
+    assert host.call("is_started", (), {}) is False
+    host.call("start", (), {})
+    try:
+        assert host.call("is_started", (), {}) is True
+        assert len(host.call("get_worker_group", (), {})) == 1
+    finally:
+        host.call("shutdown", (), {})
+    assert host.call("is_started", (), {}) is False
+    assert host.placement_info()["node_id"] == ray.get_runtime_context().get_node_id()
+
+
+def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus):
+    options = _scheduling_options()
+    assert options["num_cpus"] == 0 and options["num_gpus"] == 0
+    assert options["max_restarts"] == 0
+    strategy = options["scheduling_strategy"]
+    assert isinstance(strategy, NodeAffinitySchedulingStrategy)
+    assert strategy.node_id == ray.get_runtime_context().get_node_id()
+    assert strategy.soft is False
+    assert options["runtime_env"]["env_vars"]["RAY_TRAIN_V2_ENABLED"] == "0"
+
+
+def test_remote_executor_runs_in_a_zero_cpu_actor_in_the_trials_bundle(
+    ray_start_4_cpus, storage_path
+):
+    get_or_create_counter()
+    result = _run(storage_path, "placed", trainer_cls=RecordingTrainer)
+    assert result.error is None
+    info = recorded("executor")
+    assert info["node_id"] == info["coordinator_node"]
+    assert info["placement_group_id"] == info["coordinator_pg"] is not None
+    assert info.get("assigned_resources", {}).get("CPU", 0) == 0
+    assert info["pid"] != os.getpid()
+    _assert_nothing_leaked()
+
+
+def test_remote_and_local_executors_give_the_same_results(ray_start_4_cpus, storage_path):
+    results = {
+        remote: _run(storage_path, f"same_{remote}", remote=remote)
+        for remote in (False, True)
+    }
+    for result in results.values():
+        assert result.error is None
+        assert result.metrics["step"] == 3
+        # Rank 0 alone reports checkpoints: "at least one worker" registers them.
+        with open(Path(result.checkpoint.path, "state.json")) as f:
+            assert json.load(f) == {"step": 3, "rank": 0}
+    names = [sorted(os.listdir(r.path)) for r in results.values()]
+    assert [n for n in names[0] if n.startswith("checkpoint_")] == [
+        n for n in names[1] if n.startswith("checkpoint_")
+    ]
+    _assert_nothing_leaked()
+
+
+def test_reports_and_checkpoints_are_processed_in_order(ray_start_4_cpus, storage_path):
+    result = _run(storage_path, "order", num_reports=6, checkpoint_every=2)
+    assert result.error is None
+    df = result.metrics_dataframe
+    assert list(df["step"]) == list(range(6))
+    names = [n if isinstance(n, str) else None for n in df["checkpoint_dir_name"]]
+    assert names == [
+        None,
+        "checkpoint_000000",
+        None,
+        "checkpoint_000001",
+        None,
+        "checkpoint_000002",
+    ]
+
+
+def test_every_worker_checkpointing_is_one_checkpoint(ray_start_4_cpus, storage_path):
+    result = _run(storage_path, "all_ranks", all_ranks_checkpoint=True, num_reports=2)
+    assert result.error is None
+    assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == [
+        "checkpoint_000000",
+        "checkpoint_000001",
+    ]
+
+
+def test_worker_death_with_retries_restarts_from_checkpoint(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    marker = str(tmp_path / "died")
+    result = _run(
+        storage_path,
+        "retry",
+        max_failures=1,
+        num_reports=5,
+        fail_at_step=3,
+        fail_marker=marker,
+    )
+    assert os.path.exists(marker), "the worker was meant to die once"
+    assert result.error is None
+    assert result.metrics["step"] == 4
+    _assert_nothing_leaked()
+
+
+def test_worker_death_without_retries_reaches_the_result_grid(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    start = time.monotonic()
+    result = _run(
+        storage_path,
+        "noretry",
+        num_reports=5,
+        fail_at_step=1,
+        fail_marker=str(tmp_path / "died"),
+    )
+    assert result.error is not None
+    assert time.monotonic() - start < 90
+    _assert_nothing_leaked()
+
+
+def kill_executor_loop(config):
+    """Rank 0 SIGKILLs the executor actor's process once, at step 1."""
+    from helpers import alive_actors as _alive
+
+    ctx = ray.train.get_context()
+    checkpoint = ray.train.get_checkpoint()
+    start = 0
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    for step in range(start, 3):
+        if step == 1 and ctx.get_world_rank() == 0 and not os.path.exists(config["marker"]):
+            Path(config["marker"]).touch()
+            for actor in _alive("BackendExecutorHost"):
+                os.kill(actor["Pid"], signal.SIGKILL)
+            time.sleep(30)  # the worker dies with its owner long before this
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "state.json").write_text(json.dumps({"step": step}))
+            ray.train.report(
+                {"step": step},
+                checkpoint=ray.train.Checkpoint.from_directory(d)
+                if ctx.get_world_rank() == 0
+                else None,
+            )
+
+
+@pytest.mark.parametrize("max_failures", [0, 1])
+def test_executor_actor_killed_mid_run(
+    ray_start_4_cpus, storage_path, tmp_path, max_failures
+):
+    marker = str(tmp_path / "killed")
+    start = time.monotonic()
+    result = Tuner(
+        ray_tt_ext.DataParallelTrainer(
+            kill_executor_loop,
+            train_loop_config={"marker": marker},
+            scaling_config=ray.train.ScalingConfig(num_workers=2),
+            remote_executor=True,
+        ),
+        run_config=ray.tune.RunConfig(
+            storage_path=storage_path,
+            name=f"killed{max_failures}",
+            verbose=0,
+            failure_config=ray.tune.FailureConfig(max_failures=max_failures),
+        ),
+    ).fit()[0]
+    assert os.path.exists(marker)
+    assert time.monotonic() - start < 120  # no hang
+    if max_failures:
+        assert result.error is None
+        assert result.metrics["step"] == 2
+    else:
+        assert "BackendExecutor actor died" in str(result.error)
+    _assert_nothing_leaked()
+
+
+def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
+    trainer = ray_tt_ext.DataParallelTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 1000},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        remote_executor=True,
+    )
+    result = Tuner(
+        trainer,
+        run_config=ray.tune.RunConfig(
+            storage_path=storage_path,
+            name="stopped",
+            verbose=0,
+            stop={"training_iteration": 3},
+        ),
+    ).fit()[0]
+    assert result.error is None
+    assert result.metrics["training_iteration"] == 3
+    _assert_nothing_leaked()
+
+
+def test_remote_executor_flag_is_checked(ray_start_4_cpus):
+    with pytest.raises(TypeError, match="remote_executor must be True or False"):
+        ray_tt_ext.DataParallelTrainer(report_loop, remote_executor="yes")
+    trainer = ray_tt_ext.DataParallelTrainer(report_loop, remote_executor=True)
+    assert trainer._backend_executor_cls is RemoteBackendExecutor
+    assert (
+        ray_tt_ext.DataParallelTrainer(report_loop)._backend_executor_cls is BackendExecutor
+    )
