@@ -168,6 +168,18 @@ def _remote_tuner_internal_cls():
     )
 
 
+def _start_remote_tuner_internal(kwargs: dict[str, Any]) -> Any:
+    """Create the Ray Client Tuner actor and wait until it is built (client).
+
+    Unlike Ray, which returns before the actor's constructor ran, this waits,
+    so construction errors (a payload over the limit, Train V2, a bad restore
+    path) are raised by ``Tuner(...)``/``Tuner.restore(...)`` themselves.
+    """
+    actor = _remote_tuner_internal_cls().remote(**kwargs)
+    ray.get(actor.get_run_config.remote())
+    return actor
+
+
 class Tuner(ray.tune.Tuner):
     """``ray.tune.Tuner`` that converts a Trainer once and checks its payload.
 
@@ -220,7 +232,7 @@ class Tuner(ray.tune.Tuner):
             _entrypoint=_entrypoint,
         )
         if self._is_ray_client:
-            self._remote_tuner = _remote_tuner_internal_cls().remote(**kwargs)
+            self._remote_tuner = _start_remote_tuner_internal(kwargs)
         else:
             self._local_tuner = _TunerInternal(**kwargs)
 
@@ -265,7 +277,7 @@ class Tuner(ray.tune.Tuner):
             storage_context_cls=storage_context_cls,
         )
         if _is_ray_client():
-            internal = _remote_tuner_internal_cls().remote(**kwargs)
+            internal = _start_remote_tuner_internal(kwargs)
         else:
             internal = _TunerInternal(**kwargs)
         return cls(_tuner_internal=internal)

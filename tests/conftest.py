@@ -22,6 +22,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+# Token authentication stays on; Ray reads the mode when it is imported, so a
+# Ray Client connection made later in this process needs it set now.
+os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
@@ -108,12 +111,12 @@ class HeadNode:
         self.temp_dir = short_tmpdir("rtt_")
         self.gcs_port = free_port()
         self.client_port = free_port()
-        self.env = {
-            **os.environ,
-            "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0",
-            "RAY_TRAIN_V2_ENABLED": "0",
-            "RAY_AUTH_MODE": "token",
-        }
+        # The cluster starts with Ray's defaults (Train V2 on): ray_tt_ext must
+        # bring Train V1 to its own processes there by itself.
+        self.env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+        self.env.update(
+            {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"}
+        )
         cmd = [
             str(Path(sys.executable).with_name("ray")),
             "start",
@@ -161,14 +164,19 @@ class HeadNode:
         raise TimeoutError("ray start --head did not open its client port in time")
 
     def stop(self) -> None:
-        """SIGTERM the process group we started; `ray start --block` tears down its children."""
+        """Stop what we started: SIGTERM to `ray start --block`, which drains the
+        node and stops its children; then SIGKILL whatever is left in its group."""
         if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
+            self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=30)
+                self.proc.wait(timeout=60)
             except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+                pass
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # only our own process group
+        except ProcessLookupError:
+            pass
+        self.proc.wait(timeout=10)
         self.log.close()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
@@ -184,11 +192,11 @@ def ray_head_node():
 
 
 @pytest.fixture
-def ray_client(ray_head_node, monkeypatch):
+def ray_client(ray_head_node):
     """This process connected to ``ray_head_node`` through ``ray://`` (token auth)."""
     if ray.is_initialized():
         ray.shutdown()
-    monkeypatch.setenv("RAY_AUTH_MODE", "token")
+    assert os.environ["RAY_AUTH_MODE"] == "token"
     ctx = ray.init(ray_head_node.client_address)
     assert ray.util.client.ray.is_connected()
     yield ray_head_node

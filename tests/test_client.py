@@ -1,0 +1,84 @@
+"""Ray Client (`ray://`) against a `ray start --head` cluster on loopback, token auth on."""
+
+from __future__ import annotations
+
+import os
+import uuid
+
+import pytest
+import ray
+import ray.train
+import ray.tune
+from helpers import CountingTrainer, conversions, get_or_create_counter, report_loop
+
+import ray_tt_ext
+from ray_tt_ext import Tuner
+
+pytestmark = [pytest.mark.client, pytest.mark.timeout(300)]
+
+
+def test_client_connects_with_token_auth(ray_client):
+    assert ray.util.client.ray.is_connected()
+    assert os.environ["RAY_AUTH_MODE"] == "token"
+    assert ray.get(ray.remote(lambda: os.environ.get("RAY_AUTH_MODE")).remote()) == "token"
+
+
+def test_tuner_converts_once_under_ray_client(ray_client, storage_path, tmp_path):
+    get_or_create_counter()
+    key = uuid.uuid4().hex
+    marker = str(tmp_path / "failed_once")
+
+    def trainer(spy_key):
+        return CountingTrainer(
+            report_loop,
+            train_loop_config={"num_reports": 3, "fail_at_step": 1, "fail_marker": marker},
+            scaling_config=ray.train.ScalingConfig(num_workers=1),
+            metadata={"spy_key": spy_key},
+        )
+
+    tuner = Tuner(
+        trainer(key),
+        run_config=ray.tune.RunConfig(storage_path=storage_path, name="client"),
+    )
+    assert conversions(key) == 1
+    results = tuner.fit()
+    tuner.get_results()
+    assert conversions(key) == 1
+    assert results.errors  # failed once at step 1, by design, to restore below
+
+    restore_key = key + "-restore"
+    restored = Tuner.restore(
+        os.path.join(storage_path, "client"),
+        trainable=trainer(restore_key),
+        resume_errored=True,
+    )
+    assert type(restored) is Tuner
+    results = restored.fit()
+    assert not results.errors
+    assert results[0].metrics["step"] == 2
+    assert conversions(restore_key) == 1
+
+
+def test_remote_executor_under_ray_client(ray_client, storage_path):
+    def loop(config):
+        ray.train.report(
+            {"v1": os.environ.get("RAY_TRAIN_V2_ENABLED"), "pid": os.getpid()},
+        )
+        report_loop(config)
+
+    result = Tuner(
+        ray_tt_ext.DataParallelTrainer(
+            loop,
+            train_loop_config={"num_reports": 3},
+            scaling_config=ray.train.ScalingConfig(num_workers=2),
+            remote_executor=True,
+        ),
+        run_config=ray.tune.RunConfig(storage_path=storage_path, name="client_exec"),
+    ).fit()[0]
+    assert result.error is None
+    assert result.metrics["step"] == 2
+    # Results and checkpoints reach the client.
+    assert os.path.basename(result.checkpoint.path) == "checkpoint_000002"
+    with result.checkpoint.as_directory() as d:
+        assert os.path.exists(os.path.join(d, "state.json"))
+    assert result.metrics_dataframe["v1"].iloc[0] == "0"

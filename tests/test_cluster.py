@@ -1,0 +1,135 @@
+"""Several nodes (ray.cluster_utils.Cluster): executor placement and a dying worker node."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import ray.train
+import ray.tune
+from helpers import RecordingTrainer, get_or_create_counter, record, recorded
+
+from ray_tt_ext import Tuner
+
+pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
+
+
+@pytest.fixture
+def ray_head_and_2_worker_nodes():
+    """Head and two worker nodes, 2 CPUs and one `worker_node` slot each.
+
+    Any two nodes can host a trial (coordinator + rank 0 on one, rank 1 on
+    another), so a trial survives the loss of one worker node.
+    """
+    from ray.cluster_utils import Cluster
+
+    if ray.is_initialized():
+        ray.shutdown()
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={
+            "num_cpus": 2,
+            "resources": {"worker_node": 1},
+            "include_dashboard": False,
+        },
+    )
+    workers = [cluster.add_node(num_cpus=2, resources={"worker_node": 1}) for _ in range(2)]
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address)
+    yield cluster, workers
+    ray.shutdown()
+    cluster.shutdown()
+
+
+def slow_loop(config):
+    ctx = ray.train.get_context()
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    node_id = ray.get_runtime_context().get_node_id()
+    record(f"rank{ctx.get_world_rank()}_node", node_id)
+    for step in range(start, config["num_reports"]):
+        time.sleep(config.get("sleep", 0.5))
+        checkpoint = None
+        with tempfile.TemporaryDirectory() as d:
+            if ctx.get_world_rank() == 0:
+                Path(d, "state.json").write_text(json.dumps({"step": step}))
+                checkpoint = ray.train.Checkpoint.from_directory(d)
+            ray.train.report({"step": step, "node": node_id}, checkpoint=checkpoint)
+
+
+def _trainer(num_reports):
+    return RecordingTrainer(
+        slow_loop,
+        train_loop_config={"num_reports": num_reports},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=2,
+            # One training worker per worker node. Ray packs the coordinator with
+            # rank 0 (one bundle), so the coordinator is on a worker node too.
+            resources_per_worker={"CPU": 1, "worker_node": 1},
+        ),
+        remote_executor=True,
+    )
+
+
+def test_executor_lives_on_the_coordinators_node(ray_head_and_2_worker_nodes, storage_path):
+    cluster, _ = ray_head_and_2_worker_nodes
+    get_or_create_counter()
+    result = Tuner(
+        _trainer(num_reports=2),
+        run_config=ray.tune.RunConfig(storage_path=storage_path, name="placed", verbose=0),
+    ).fit()[0]
+    assert result.error is None
+    info = recorded("executor")
+    assert info["node_id"] == info["coordinator_node"] == recorded("rank0_node")
+    assert recorded("rank1_node") != info["node_id"]
+
+
+def test_killing_a_worker_node_mid_run_is_survived(
+    ray_head_and_2_worker_nodes, storage_path
+):
+    cluster, workers = ray_head_and_2_worker_nodes
+    get_or_create_counter()
+    experiment = Path(storage_path, "node_kill")
+    killed = threading.Event()
+
+    def kill_a_training_node_after_second_checkpoint():
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if list(experiment.glob("*/checkpoint_000001")):
+                # A worker node that hosts a training worker (never the head).
+                hosts = {recorded("rank1_node"), recorded("rank0_node")}
+                node = next(n for n in workers if n.node_id in hosts)
+                cluster.remove_node(node, allow_graceful=False)
+                killed.set()
+                return
+            time.sleep(0.2)
+
+    killer = threading.Thread(
+        target=kill_a_training_node_after_second_checkpoint, daemon=True
+    )
+    killer.start()
+    result = Tuner(
+        _trainer(num_reports=12),
+        run_config=ray.tune.RunConfig(
+            storage_path=storage_path,
+            name="node_kill",
+            verbose=0,
+            failure_config=ray.tune.FailureConfig(max_failures=3),
+        ),
+    ).fit()[0]
+    killer.join(timeout=5)
+    assert killed.is_set(), "the worker node was never killed"
+    assert result.error is None
+    assert result.metrics["step"] == 11
+    steps = list(result.metrics_dataframe["step"])
+    assert steps[-1] == 11 and len(steps) < 24  # resumed from a checkpoint, not from 0
+    assert os.path.basename(result.checkpoint.path) > "checkpoint_000001"
