@@ -101,6 +101,7 @@ def _check_ray_version() -> None:
 _check_ray_version()
 
 import ray.train  # noqa: F401  (V1 or V2 namespace, as settled above)
+import ray.tune
 from ray._private import ray_constants as _ray_constants
 from ray._private import worker as _ray_worker
 from ray.air._internal.usage import AirEntrypoint  # noqa: F401
@@ -130,6 +131,11 @@ try:  # Ray >= 2.50
     from ray.train._internal.session import get_session
 except ImportError:  # Ray 2.40 .. 2.49
     from ray.train._internal.session import _get_session as get_session  # noqa: F401
+
+# Ray >= 2.50 has Tune's own config classes (subclasses of the AIR ones);
+# Ray 2.40 .. 2.49 uses the AIR classes directly.
+TuneCheckpointConfig = getattr(ray.tune, "CheckpointConfig", AirCheckpointConfig)
+TuneRunConfig = getattr(ray.tune, "RunConfig", AirRunConfig)
 
 try:  # Ray >= 2.50 exports it from ray.tune; the V1 session has it everywhere.
     from ray.tune import get_checkpoint
@@ -245,11 +251,12 @@ def ensure_train_v1(*objects: Any) -> None:
     for obj in objects:
         if v2_types and isinstance(obj, v2_types):
             name = type(obj).__name__
+            v1_home = "ray.air.config" if name == "ScalingConfig" else "ray.tune"
             raise TrainV2EnabledError(
                 f"Got a Ray Train V2 `{name}`. It comes from `from ray.train import "
                 f"{name}` run before `import ray_tt_ext` while {V2_ENV_VAR} was unset, "
                 f"so `ray.train` bound its Train V2 classes. ray_tt_ext needs the V1 "
-                f"classes. Fix: use `ray.tune.{name}` (or `ray.train.{name}` after "
+                f"classes. Fix: use `{v1_home}.{name}` (or `ray.train.{name}` after "
                 f"`import ray_tt_ext`), or {_FIX}"
             )
 

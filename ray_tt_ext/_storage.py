@@ -44,7 +44,6 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import pyarrow.fs
-import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import CHECKPOINT_DIR_NAME
@@ -209,7 +208,7 @@ def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
 
 
 @dataclass
-class CheckpointConfig(ray.tune.CheckpointConfig):
+class CheckpointConfig(_compat.TuneCheckpointConfig):
     """``ray.tune.CheckpointConfig`` plus checkpoint indexing and naming.
 
     Args:

@@ -10,6 +10,7 @@ from typing import Any, Optional
 import ray
 import ray.train
 import ray.tune
+import tune_api
 
 import ray_tt_ext
 
@@ -109,7 +110,7 @@ def report_loop(config: dict[str, Any]) -> None:
 def function_trainable(config: dict[str, Any]) -> None:
     """A Tune function trainable with a checkpoint per step."""
     start = 0
-    checkpoint = ray.tune.get_checkpoint()
+    checkpoint = tune_api.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d:
             with open(os.path.join(d, "state.json")) as f:
@@ -118,9 +119,9 @@ def function_trainable(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"step": step}, f)
-            ray.tune.report(
+            tune_api.report(
                 {"step": step, "loss": 1.0 / (step + 1), **config.get("extra", {})},
-                checkpoint=ray.tune.Checkpoint.from_directory(d),
+                checkpoint=tune_api.Checkpoint.from_directory(d),
             )
 
 
@@ -144,14 +145,14 @@ class ClassTrainable(ray.tune.Trainable):
             self.value = json.load(f)["value"]
 
 
-def quiet_run_config(storage_path: str, name: str, **kwargs: Any) -> ray.tune.RunConfig:
-    return ray.tune.RunConfig(storage_path=storage_path, name=name, verbose=0, **kwargs)
+def quiet_run_config(storage_path: str, name: str, **kwargs: Any) -> tune_api.RunConfig:
+    return tune_api.RunConfig(storage_path=storage_path, name=name, verbose=0, **kwargs)
 
 
 def function_trainable_failing_once(config: dict[str, Any]) -> None:
     """``function_trainable`` that raises once at step ``fail_at`` (a marker file remembers)."""
     start = 0
-    checkpoint = ray.tune.get_checkpoint()
+    checkpoint = tune_api.get_checkpoint()
     if checkpoint:
         with checkpoint.as_directory() as d:
             with open(os.path.join(d, "state.json")) as f:
@@ -163,8 +164,8 @@ def function_trainable_failing_once(config: dict[str, Any]) -> None:
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"step": step}, f)
-            ray.tune.report(
-                {"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d)
+            tune_api.report(
+                {"step": step}, checkpoint=tune_api.Checkpoint.from_directory(d)
             )
 
 

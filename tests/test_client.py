@@ -9,6 +9,7 @@ import pytest
 import ray
 import ray.train
 import ray.tune
+import tune_api
 from helpers import CountingTrainer, conversions, get_or_create_counter, report_loop
 
 import ray_tt_ext
@@ -38,7 +39,7 @@ def test_tuner_converts_once_under_ray_client(ray_client, storage_path, tmp_path
 
     tuner = Tuner(
         trainer(key),
-        run_config=ray.tune.RunConfig(storage_path=storage_path, name="client"),
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="client"),
     )
     assert conversions(key) == 1
     results = tuner.fit()
@@ -73,7 +74,7 @@ def test_remote_executor_under_ray_client(ray_client, storage_path):
             scaling_config=ray.train.ScalingConfig(num_workers=2),
             remote_executor=True,
         ),
-        run_config=ray.tune.RunConfig(storage_path=storage_path, name="client_exec"),
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="client_exec"),
     ).fit()[0]
     assert result.error is None
     assert result.metrics["step"] == 2

@@ -13,6 +13,7 @@ import pytest
 import ray
 import ray.train
 import ray.tune
+import tune_api
 from helpers import RecordingTrainer, get_or_create_counter, record, recorded
 
 from ray_tt_ext import Tuner
@@ -85,7 +86,7 @@ def test_executor_lives_on_the_coordinators_node(ray_head_and_2_worker_nodes, st
     get_or_create_counter()
     result = Tuner(
         _trainer(num_reports=2),
-        run_config=ray.tune.RunConfig(storage_path=storage_path, name="placed", verbose=0),
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="placed", verbose=0),
     ).fit()[0]
     assert result.error is None
     info = recorded("executor")
@@ -119,11 +120,11 @@ def test_killing_a_worker_node_mid_run_is_survived(
     killer.start()
     result = Tuner(
         _trainer(num_reports=12),
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="node_kill",
             verbose=0,
-            failure_config=ray.tune.FailureConfig(max_failures=3),
+            failure_config=tune_api.FailureConfig(max_failures=3),
         ),
     ).fit()[0]
     killer.join(timeout=5)

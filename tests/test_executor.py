@@ -12,6 +12,7 @@ import pytest
 import ray
 import ray.train
 import ray.tune
+import tune_api
 from helpers import (
     RecordingTrainer,
     alive_actors,
@@ -39,11 +40,11 @@ def _run(storage_path, name, *, remote=True, trainer_cls=None, max_failures=0, *
     )
     return Tuner(
         trainer,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name=name,
             verbose=0,
-            failure_config=ray.tune.FailureConfig(max_failures=max_failures),
+            failure_config=tune_api.FailureConfig(max_failures=max_failures),
         ),
     ).fit()[0]
 
@@ -219,11 +220,11 @@ def test_executor_actor_killed_mid_run(
             scaling_config=ray.train.ScalingConfig(num_workers=2),
             remote_executor=True,
         ),
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name=f"killed{max_failures}",
             verbose=0,
-            failure_config=ray.tune.FailureConfig(max_failures=max_failures),
+            failure_config=tune_api.FailureConfig(max_failures=max_failures),
         ),
     ).fit()[0]
     assert os.path.exists(marker)
@@ -245,7 +246,7 @@ def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
     )
     result = Tuner(
         trainer,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="stopped",
             verbose=0,

@@ -1,6 +1,7 @@
 """Lock the public surface: names are a contract (DESIGN.md)."""
 
 import ray.tune
+import tune_api
 import ray.tune.error
 from ray.train._internal.storage import StorageContext as RayStorageContext
 from ray.train.base_trainer import BaseTrainer as RayBaseTrainer
@@ -36,7 +37,7 @@ def test_public_classes_extend_rays():
     assert issubclass(ray_tt_ext.DataParallelTrainer, RayDataParallelTrainer)
     assert issubclass(ray_tt_ext.DataParallelTrainer, ray_tt_ext.BaseTrainer)
     assert issubclass(ray_tt_ext.StorageContext, RayStorageContext)
-    assert issubclass(ray_tt_ext.CheckpointConfig, ray.tune.CheckpointConfig)
+    assert issubclass(ray_tt_ext.CheckpointConfig, tune_api.CheckpointConfig)
     assert issubclass(ray_tt_ext.PayloadTooLargeError, ray.tune.error.TuneError)
     assert "BackendExecutor" in ray_tt_ext.RemoteBackendExecutor.__name__
 

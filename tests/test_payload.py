@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import ray
 import ray.cloudpickle
+import ray.tune
+import tune_api
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -249,11 +251,11 @@ def test_tuner_catches_a_function_trainable_capturing_120_mb(
     weights = np.ones(15_000_000)  # 120 MB
 
     def train_fn(config):
-        ray.tune.report({"s": float(weights.sum())})
+        tune_api.report({"s": float(weights.sum())})
 
     with pytest.raises(PayloadTooLargeError, match="weights") as info:
         ray_tt_ext.Tuner(
-            train_fn, run_config=ray.tune.RunConfig(storage_path=storage_path, name="big")
+            train_fn, run_config=tune_api.RunConfig(storage_path=storage_path, name="big")
         )
     assert info.value.report.total_bytes > 120_000_000
     # Caught before Tune wrote or registered anything.
@@ -266,16 +268,16 @@ def test_tuner_payload_limit_is_per_tuner(ray_start_4_cpus, storage_path):
     blob = b"z" * 50_000
 
     def train_fn(config):
-        ray.tune.report({"n": len(blob)})
+        tune_api.report({"n": len(blob)})
 
     with pytest.raises(PayloadTooLargeError):
         ray_tt_ext.Tuner(
             train_fn,
             payload_limit=10_000,
-            run_config=ray.tune.RunConfig(storage_path=storage_path, name="strict"),
+            run_config=tune_api.RunConfig(storage_path=storage_path, name="strict"),
         )
     tuner = ray_tt_ext.Tuner(
-        train_fn, run_config=ray.tune.RunConfig(storage_path=storage_path, name="ok")
+        train_fn, run_config=tune_api.RunConfig(storage_path=storage_path, name="ok")
     )
     assert not tuner.fit().errors
 

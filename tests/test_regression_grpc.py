@@ -14,8 +14,10 @@ import pytest
 import ray
 import ray.train
 import ray.tune
+import tune_api
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ray.train.data_parallel_trainer import DataParallelTrainer as RayDataParallelTrainer
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.trainable import wrap_function
 
@@ -190,8 +192,50 @@ def test_fit_with_600_mb_attached_succeeds(ray_start_4_cpus, storage_path):
             train_loop_config={"weights": weights},
             scaling_config=ray.train.ScalingConfig(num_workers=1),
         ),
-        run_config=ray.tune.RunConfig(storage_path=storage_path, name="big", verbose=0),
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="big", verbose=0),
     ).fit()
     assert not results.errors, results.errors
     assert results[0].metrics["total"] == 10.0
     assert os.path.isdir(results[0].path)
+
+
+class UsersOwnTrainer(RayDataParallelTrainer):
+    """A user's subclass of Ray's own DataParallelTrainer, with its own argument."""
+
+    def __init__(self, train_loop_per_worker, *, tables=None, scaling_config=None):
+        self.tables = tables
+        super().__init__(
+            train_loop_per_worker,
+            train_loop_config={"tables": tables},
+            scaling_config=scaling_config,
+        )
+
+
+class HardenedUsersTrainer(ray_tt_ext.BaseTrainer, UsersOwnTrainer):
+    """The documented one line: put ray_tt_ext.BaseTrainer first."""
+
+
+def test_one_line_hardens_any_data_parallel_trainer_subclass(
+    ray_start_4_cpus, storage_path
+):
+    tables = np.ones(8_000_000)  # 64 MB
+    plain = UsersOwnTrainer(noop_loop, tables=tables).as_trainable()
+    hardened_trainer = HardenedUsersTrainer(
+        lambda config: ray.train.report({"n": float(config["tables"].size)}),
+        tables=tables,
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+    )
+    hardened = hardened_trainer.as_trainable()
+    assert registered_bytes(hardened) < SMALL_PAYLOAD
+    assert hardened_trainer._param_dict["tables"] is tables  # its own signature recorded
+    # Ray's own conversion of the same trainer pickles with its data pending or not;
+    # ours never grows with it.
+    assert registered_bytes(hardened) < registered_bytes(plain) + SMALL_PAYLOAD
+    results = ray_tt_ext.Tuner(
+        hardened_trainer,
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path, name="hardened", verbose=0
+        ),
+    ).fit()
+    assert not results.errors
+    assert results[0].metrics["n"] == 8_000_000

@@ -14,6 +14,7 @@ import pytest
 import ray
 import ray.train
 import ray.tune
+import tune_api
 from helpers import ClassTrainable, report_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -222,7 +223,7 @@ def test_seed_example_class_trainable_indexed_by_training_iteration(
 ):
     tuner = Tuner(
         ClassTrainable,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="seed",
             verbose=0,
@@ -256,12 +257,12 @@ def test_seed_storage_context_subclass_works_without_monkey_patching(
     result = Tuner(
         ClassTrainable,
         storage_context_cls=SeedStorageContext,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="seedcls",
             verbose=0,
             stop={"training_iteration": 20},
-            checkpoint_config=ray.tune.CheckpointConfig(checkpoint_frequency=5),
+            checkpoint_config=tune_api.CheckpointConfig(checkpoint_frequency=5),
         ),
     ).fit()[0]
     assert result.error is None
@@ -275,7 +276,7 @@ def test_function_trainable_template_names_in_sync(ray_start_4_cpus, storage_pat
     result = Tuner(
         function_trainable,
         param_space={"num_reports": 4},
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="fn",
             verbose=0,
@@ -300,7 +301,7 @@ def test_data_parallel_trainer_uses_rank_0_metrics(ray_start_4_cpus, storage_pat
     )
     result = Tuner(
         trainer,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="dpt",
             verbose=0,
@@ -329,7 +330,7 @@ def test_workers_rendering_different_names_get_a_clear_error(
         ray_tt_ext.DataParallelTrainer(
             loop, scaling_config=ray.train.ScalingConfig(num_workers=2)
         ),
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="disagree",
             verbose=0,
@@ -349,11 +350,11 @@ def _fn_tuner(storage_path, name, tmp_path, max_failures=0, **config):
     return Tuner(
         function_trainable_failing_once,
         param_space={"marker": str(tmp_path / f"{name}.failed"), **config},
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name=name,
             verbose=0,
-            failure_config=ray.tune.FailureConfig(max_failures=max_failures),
+            failure_config=tune_api.FailureConfig(max_failures=max_failures),
             checkpoint_config=CheckpointConfig(
                 checkpoint_dir_name="ck-{index:04d}-s{step}"
             ),
@@ -441,7 +442,7 @@ def test_num_to_keep_evicts_by_index_not_by_string(ray_start_4_cpus, storage_pat
     result = Tuner(
         function_trainable,
         param_space={"num_reports": 12},
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="keep",
             verbose=0,
@@ -467,7 +468,7 @@ def _run_fn(storage_path, name, template, **config):
     return Tuner(
         function_trainable,
         param_space=config,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name=name,
             verbose=0,
@@ -518,7 +519,7 @@ def test_policies_of_two_tuners_do_not_interfere_and_ray_is_restored(
     plain = ray.tune.Tuner(
         function_trainable,
         param_space={"num_reports": 1},
-        run_config=ray.tune.RunConfig(storage_path=storage_path, name="plain", verbose=0),
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="plain", verbose=0),
     ).fit()[0]
     assert _checkpoint_dirs(plain.path) == ["checkpoint_000000"]
     assert Experiment.__dict__["_storage_context_cls"] is before
@@ -528,7 +529,7 @@ def test_ray_global_is_restored_when_fit_raises(ray_start_4_cpus, storage_path):
     before = Experiment.__dict__["_storage_context_cls"]
     tuner = Tuner(
         lambda config: None,
-        run_config=ray.tune.RunConfig(
+        run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="raises",
             verbose=0,

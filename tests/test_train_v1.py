@@ -10,6 +10,30 @@ import textwrap
 import pytest
 
 
+def _train_v2_is_rays_default() -> bool:
+    """Whether this Ray turns Train V2 on when the variable is unset (Ray >= 2.51)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ray.train, ray.air.config; "
+            "print(ray.train.RunConfig is not ray.air.config.RunConfig)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().endswith("True")
+
+
+V2_DEFAULT = _train_v2_is_rays_default()
+needs_v2_default = pytest.mark.skipif(
+    not V2_DEFAULT, reason="this Ray does not turn Train V2 on by default"
+)
+
+
 def run_script(
     code: str, env_update: dict, timeout: float = 240
 ) -> subprocess.CompletedProcess:
@@ -88,6 +112,7 @@ def test_explicit_v2_fails_fast_at_first_call_with_the_fix(first_call):
     assert "found `ray.train.RunConfig`" not in proc.stdout + proc.stderr
 
 
+@needs_v2_default
 def test_ray_train_imported_first_gives_our_message_not_rays():
     proc = run_script(
         """
@@ -111,12 +136,12 @@ def test_ray_train_imported_first_gives_our_message_not_rays():
 
 
 def test_ray_train_imported_first_still_works_with_v1_objects(tmp_path):
-    """`ray.train` imported before us: the V1 objects from `ray.tune` work."""
+    """`ray.train` imported before us: V1 objects (from `ray.air`) still work."""
     proc = run_script(
         f"""
         import ray.train  # binds V2 names; env still unset
         import ray_tt_ext, ray, ray.tune
-        from ray.air.config import ScalingConfig
+        from ray.air.config import RunConfig, ScalingConfig
 
         def loop(config):
             import ray.train
@@ -126,7 +151,7 @@ def test_ray_train_imported_first_still_works_with_v1_objects(tmp_path):
         result = ray_tt_ext.Tuner(
             ray_tt_ext.DataParallelTrainer(
                 loop, scaling_config=ScalingConfig(num_workers=1)),
-            run_config=ray.tune.RunConfig(storage_path={str(tmp_path)!r}, name="late"),
+            run_config=RunConfig(storage_path={str(tmp_path)!r}, name="late"),
         ).fit()[0]
         print("ERROR", result.error)
         """,
