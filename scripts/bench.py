@@ -116,7 +116,10 @@ def _tuner_case(flavour: str, nbytes: int, storage: str) -> dict[str, Any]:
             ),
             param_space={"train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.2])}},
             run_config=ray.tune.RunConfig(
-                storage_path=storage, name=flavour, verbose=0, callbacks=[callback]
+                storage_path=storage,
+                name=f"{flavour}_{time.time_ns()}",
+                verbose=0,
+                callbacks=[callback],
             ),
         )
         internal = tuner._local_tuner
@@ -136,19 +139,27 @@ def _tuner_case(flavour: str, nbytes: int, storage: str) -> dict[str, Any]:
 
 def bench_tuner(quick: bool, storage: str) -> dict[str, Any]:
     nbytes = 64 * MiB if quick else GiB
-    ours = _tuner_case("ray_tt_ext", nbytes, storage)
-    gc.collect()
-    upstream = _tuner_case("upstream", nbytes, storage)
-    gc.collect()
-    rows, out = [], {"attached_bytes": nbytes}
-    for key in ours:
-        ratio = ours[key] / upstream[key] if upstream[key] else float("nan")
-        out[key] = {"ray_tt_ext": ours[key], "upstream": upstream[key], "ratio": ratio}
+    # Warm up both code paths (imports, Tune's first-run costs), then interleave
+    # the measured runs so that drift hits both flavours alike.
+    for flavour in ("ray_tt_ext", "upstream"):
+        _tuner_case(flavour, MiB, storage)
+    runs: dict[str, list] = {"ray_tt_ext": [], "upstream": []}
+    for _ in range(1 if quick else 3):
+        for flavour in runs:
+            runs[flavour].append(_tuner_case(flavour, nbytes, storage))
+            gc.collect()
+    rows, out = [], {"attached_bytes": nbytes, "runs": runs}
+    for key in runs["ray_tt_ext"][0]:
+        ours = statistics.median(r[key] for r in runs["ray_tt_ext"])
+        upstream = statistics.median(r[key] for r in runs["upstream"])
+        ratio = ours / upstream if upstream else float("nan")
+        out[key] = {"ray_tt_ext": ours, "upstream": upstream, "ratio": ratio}
         fmt = format_bytes if key.endswith("bytes") else (lambda v: f"{v:.3g}")
-        rows.append([key, fmt(ours[key]), fmt(upstream[key]), f"{ratio:.3f}"])
+        rows.append([key, fmt(ours), fmt(upstream), f"{ratio:.3f}"])
     print(
         _table(
-            f"Tuner over a trainer with {format_bytes(nbytes)} attached, 2 trials",
+            f"Tuner over a trainer with {format_bytes(nbytes)} attached, 2 trials "
+            f"(median of {len(runs['upstream'])})",
             ["measure", "ray_tt_ext", "upstream Ray", "ratio"],
             rows,
         )

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Run the regression suite against one Ray release, in a venv of its own:
+#   scripts/compat.sh RAY_VERSION [pytest args...]     e.g. scripts/compat.sh 2.40.0
+# RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
+# Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Default
+# pytest args: -m "not large". Prints one verdict line last; exit 0 on PASS.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+[ $# -ge 1 ] || { echo "usage: scripts/compat.sh RAY_VERSION [pytest args...]" >&2; exit 2; }
+version="$1"; shift
+minor="$(echo "$version" | cut -d. -f1,2)"
+constraints="constraints/ray-$minor.txt"
+pins=()
+if [ -f "$constraints" ]; then
+  while read -r line; do
+    case "$line" in ''|'#'*) ;; ray==*) [ "$version" = "$minor" ] && version="${line#ray==}" ;; *) pins+=("$line") ;; esac
+  done < "$constraints"
+fi
+venv="${COMPAT_VENV_DIR:-/tmp}/rtt_compat_ray_$version"
+log="$venv.log"
+echo "ray $version: venv $venv, pins: ${pins[*]:-none}"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ray,sys; sys.exit(ray.__version__!='$version')" 2>/dev/null; then
+  rm -rf "$venv"
+  python3 -m venv "$venv" &&
+  "$venv/bin/python" -m pip install -q --upgrade pip > "$log" 2>&1 &&
+  "$venv/bin/python" -m pip install -q "ray[tune,train,client]==$version" "${pins[@]}" \
+      pytest pytest-timeout hypothesis numpy matplotlib >> "$log" 2>&1 ||
+    { echo "ray $version: FAIL (could not install; see $log)"; exit 1; }
+fi
+# --no-deps: the package's declared range may not include the version under test.
+"$venv/bin/python" -m pip install -q --no-deps -e . >> "$log" 2>&1 ||
+  { echo "ray $version: FAIL (could not install ray_tt_ext; see $log)"; exit 1; }
+[ $# -gt 0 ] || set -- -m "not large"
+export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+"$venv/bin/python" -m pytest tests -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
+status=${PIPESTATUS[0]}
+summary="$(grep -E '^=+ .*(passed|failed|error).* =+$' "$venv.pytest.log" | tail -1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+if [ "$status" -eq 0 ]; then
+  echo "ray $version: PASS ($summary)"
+else
+  echo "ray $version: FAIL ($summary)"
+fi
+exit "$status"
