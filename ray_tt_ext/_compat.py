@@ -14,7 +14,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
-from typing import Any, Optional
+from typing import Any
 
 # ---------------------------------------------------------------------------
 # Train V1 enablement. Must run before anything below imports ``ray.train``.
@@ -22,24 +22,6 @@ from typing import Any, Optional
 
 #: The environment variable Ray reads to pick Train V1 ("0") or V2 ("1").
 V2_ENV_VAR = "RAY_TRAIN_V2_ENABLED"
-
-_FALSY = {"0", "false", "no", "off", ""}
-
-
-def _env_says_v2(value: Optional[str]) -> bool:
-    """Ray's own parsing of the flag: unset means V2 on Ray >= 2.51."""
-    if value is None:
-        return True
-    return value.strip().lower() not in _FALSY
-
-
-class _V1State:
-    """What ``import ray_tt_ext`` found and did about Train V2 (driver only)."""
-
-    env_before_import: Optional[str] = None
-    train_imported_before: bool = False
-    set_by_us: bool = False
-
 
 def _enable_train_v1_at_import() -> None:
     """The package's one deliberate import-time effect.
@@ -50,11 +32,7 @@ def _enable_train_v1_at_import() -> None:
     An explicit value is never overridden; :func:`ensure_train_v1` turns it
     into a clear error at the first ray_tt_ext call instead.
     """
-    _V1State.env_before_import = os.environ.get(V2_ENV_VAR)
-    _V1State.train_imported_before = "ray.train" in sys.modules
-    if _V1State.env_before_import is None:
-        os.environ[V2_ENV_VAR] = "0"
-        _V1State.set_by_us = True
+    os.environ.setdefault(V2_ENV_VAR, "0")
 
 
 _enable_train_v1_at_import()
@@ -78,27 +56,31 @@ class UnsupportedRayVersionError(ImportError):
     """The installed Ray is older than the oldest release ray_tt_ext supports."""
 
 
-def _check_ray_version() -> None:
-    # Older Ray lacks internals we subclass (TrialInfo, the executor API):
-    # refuse it. A newer Ray may well work, and the test suite is the canary
-    # that tells: warn, so `scripts/compat.sh NEW_VERSION` can run.
-    if RAY_VERSION.release < MIN_RAY_VERSION.release:
+def check_ray_version(version: Version = RAY_VERSION) -> None:
+    """Refuse a Ray older than the supported range; warn about a newer one.
+
+    Older Ray lacks internals this package subclasses (the Tune config
+    classes, the executor API): refuse it. A newer Ray may well work, and the
+    regression suite is the canary that tells: warn, so that
+    ``scripts/compat.sh NEW_VERSION`` can run against it.
+    """
+    if version.release < MIN_RAY_VERSION.release:
         raise UnsupportedRayVersionError(
             f"ray_tt_ext needs ray>={MIN_RAY_VERSION},<{MAX_RAY_VERSION}, but "
-            f"ray=={ray.__version__} is installed. Fix: "
+            f"ray=={version} is installed. Fix: "
             f"pip install 'ray[tune,train]>={MIN_RAY_VERSION},<{MAX_RAY_VERSION}'."
         )
-    if RAY_VERSION.release >= MAX_RAY_VERSION.release:
+    if version.release >= MAX_RAY_VERSION.release:
         warnings.warn(
             f"ray_tt_ext is tested with ray>={MIN_RAY_VERSION},<{MAX_RAY_VERSION}; "
-            f"ray=={ray.__version__} is newer and untested. Run "
-            f"`scripts/compat.sh {ray.__version__}` to check it before relying on it.",
+            f"ray=={version} is newer and untested. Run "
+            f"`scripts/compat.sh {version}` to check it before relying on it.",
             RuntimeWarning,
             stacklevel=3,
         )
 
 
-_check_ray_version()
+check_ray_version()
 
 import ray.train  # noqa: F401  (V1 or V2 namespace, as settled above)
 import ray.tune
@@ -109,22 +91,16 @@ from ray.air.config import CheckpointConfig as AirCheckpointConfig
 from ray.air.config import RunConfig as AirRunConfig
 from ray.air.config import ScalingConfig as AirScalingConfig
 from ray.air.util.node import _force_on_current_node
-from ray.train._internal.backend_executor import (
-    BackendExecutor,
-    TrialInfo,  # noqa: F401
-)
-from ray.train._internal.session import _TrainingResult  # noqa: F401
+from ray.train._internal.backend_executor import BackendExecutor
 from ray.train._internal.storage import StorageContext
 from ray.train.base_trainer import BaseTrainer
 from ray.train.constants import CHECKPOINT_DIR_NAME  # noqa: F401
 from ray.train.data_parallel_trainer import DataParallelTrainer
-from ray.train.trainer import TrainingIterator  # noqa: F401
 from ray.tune.error import TuneError  # noqa: F401
 from ray.tune.execution.placement_groups import PlacementGroupFactory  # noqa: F401
 from ray.tune.experiment import Experiment
-from ray.tune.impl.tuner_internal import _TUNER_PKL, TunerInternal  # noqa: F401
+from ray.tune.impl.tuner_internal import TunerInternal
 from ray.tune.result import RESULT_DUPLICATE  # noqa: F401
-from ray.tune.trainable import wrap_function  # noqa: F401
 from ray.tune.trainable.function_trainable import FunctionTrainable  # noqa: F401
 
 try:  # Ray >= 2.50

@@ -250,13 +250,6 @@ class CheckpointConfig(_compat.TuneCheckpointConfig):
                 "a checkpoint folder must be one path component in the trial folder."
             )
 
-    @property
-    def is_default_policy(self) -> bool:
-        return (
-            self.checkpoint_index == SEQUENTIAL
-            and self.checkpoint_dir_name == DEFAULT_DIR_NAME_TEMPLATE
-        )
-
 
 # ---------------------------------------------------------------------------
 # StorageContext

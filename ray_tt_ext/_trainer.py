@@ -1,9 +1,9 @@
 """Self-free trainers: what Tune registers never carries the Trainer or its data.
 
 Ray's ``BaseTrainer.as_trainable`` builds a Trainable class inside a method, so
-anything the method's closure reaches (``self`` in Ray 2.10's regression
-#43146, the ``metadata`` dict in every release since) is pickled into the
-actor class that Tune registers in the GCS. Here the Trainable is a
+anything the method's closure reaches (``self``, in the regression that Ray
+PR #43146 introduced; the ``metadata`` dict, still, in Ray 2.60) is pickled
+into the actor class that Tune registers in the GCS. Here the Trainable is a
 module-level class (:class:`_TrainCoordinator`); the per-trainer class Tune
 registers is a tiny subclass whose attributes are the trainer *class*, a
 handle to the constructor arguments in the object store, and the scaling

@@ -65,7 +65,7 @@ class _TunerInternal(TunerInternal):
             "_payload_limit": payload_limit,
             "_storage_context_cls": storage_context_cls,
         }
-        self._guarded_trainable_id: Optional[int] = None
+        self._guarded_trainable: Any = None
         super().__init__(**kwargs)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -79,7 +79,7 @@ class _TunerInternal(TunerInternal):
             if value is not None:
                 setattr(self, name, value)
         self._explicit = explicit
-        self._guarded_trainable_id = None
+        self._guarded_trainable = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Ray's experiment state, minus our in-memory bookkeeping.
@@ -88,7 +88,7 @@ class _TunerInternal(TunerInternal):
         trainable and the converted trainable); runs on the driver.
         """
         state = super().__getstate__()
-        state.pop("_guarded_trainable_id", None)
+        state.pop("_guarded_trainable", None)
         state.pop("_explicit", None)
         return state
 
@@ -105,11 +105,12 @@ class _TunerInternal(TunerInternal):
         return trainable
 
     def _guard(self, trainable: Any) -> None:
-        if self._guarded_trainable_id == id(trainable):
+        """Check ``trainable`` once (it is measured again only if it changes)."""
+        if self._guarded_trainable is trainable:
             return
         what = f"The trainable `{Experiment.get_trainable_name(trainable)}`"
         check_registered_payload(trainable, what=what, limit=self._payload_limit)
-        self._guarded_trainable_id = id(trainable)
+        self._guarded_trainable = trainable
 
     def _validate_trainable(
         self, trainable: Any, required_trainable_name: Optional[str] = None

@@ -1,8 +1,8 @@
 """Lock the public surface: names are a contract (DESIGN.md)."""
 
 import ray.tune
-import tune_api
 import ray.tune.error
+import tune_api
 from ray.train._internal.storage import StorageContext as RayStorageContext
 from ray.train.base_trainer import BaseTrainer as RayBaseTrainer
 from ray.train.data_parallel_trainer import DataParallelTrainer as RayDataParallelTrainer
@@ -62,3 +62,22 @@ def test_only_compat_imports_ray_internals():
             if needle in text:
                 offenders.append(f"{path.name}: {needle}")
     assert not offenders, offenders
+
+
+def test_ray_outside_the_supported_range_is_refused_or_warned():
+    import warnings
+
+    import pytest
+    from packaging.version import Version
+
+    from ray_tt_ext import _compat
+
+    _compat.check_ray_version()  # the installed Ray is in range: silent
+    with pytest.raises(_compat.UnsupportedRayVersionError) as info:
+        _compat.check_ray_version(Version("2.39.0"))
+    message = str(info.value)
+    assert "ray==2.39.0" in message and "pip install" in message and ">=2.40.0" in message
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        _compat.check_ray_version(Version("2.61.0"))
+    assert any("scripts/compat.sh 2.61.0" in str(w.message) for w in caught)
