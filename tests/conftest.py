@@ -191,9 +191,13 @@ def ray_head_node():
     head.stop()
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_client(ray_head_node):
-    """This process connected to ``ray_head_node`` through ``ray://`` (token auth)."""
+    """This process connected to ``ray_head_node`` through ``ray://`` (token auth).
+
+    One connection per module: Ray Client starts a server process per
+    connection, and reconnecting in quick succession is flaky on older Rays.
+    """
     if ray.is_initialized():
         ray.shutdown()
     assert os.environ["RAY_AUTH_MODE"] == "token"

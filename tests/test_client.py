@@ -83,3 +83,38 @@ def test_remote_executor_under_ray_client(ray_client, storage_path):
     with result.checkpoint.as_directory() as d:
         assert os.path.exists(os.path.join(d, "state.json"))
     assert result.metrics_dataframe["v1"].iloc[0] == "0"
+
+
+def test_v1_reaches_a_separately_started_cluster_from_a_plain_driver(ray_head_node, tmp_path):
+    """A normal driver (not Ray Client) on a `ray start` cluster left at Ray's defaults."""
+    import subprocess
+    import sys
+    import textwrap
+
+    script = textwrap.dedent(
+        f"""
+        import os
+        import ray_tt_ext, ray, ray.train, ray.air.config
+        from tune_api import RunConfig
+
+        def loop(config):
+            ray.train.report({{
+                "env": os.environ.get("RAY_TRAIN_V2_ENABLED"),
+                "v1": ray.train.RunConfig is ray.air.config.RunConfig,
+            }})
+
+        ray.init(address={ray_head_node.gcs_address!r})
+        result = ray_tt_ext.Tuner(
+            ray_tt_ext.DataParallelTrainer(
+                loop, scaling_config=ray.train.ScalingConfig(num_workers=2)),
+            run_config=RunConfig(storage_path={str(tmp_path)!r}, name="plain", verbose=0),
+        ).fit()[0]
+        print("RESULT", result.error, result.metrics["env"], result.metrics["v1"])
+        """
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RESULT None 0 True" in proc.stdout

@@ -202,12 +202,15 @@ def test_fit_with_600_mb_attached_succeeds(ray_start_4_cpus, storage_path):
 class UsersOwnTrainer(RayDataParallelTrainer):
     """A user's subclass of Ray's own DataParallelTrainer, with its own argument."""
 
-    def __init__(self, train_loop_per_worker, *, tables=None, scaling_config=None):
+    def __init__(
+        self, train_loop_per_worker, *, tables=None, scaling_config=None, run_config=None
+    ):
         self.tables = tables
         super().__init__(
             train_loop_per_worker,
             train_loop_config={"tables": tables},
             scaling_config=scaling_config,
+            run_config=run_config,
         )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -29,6 +30,10 @@ def _train_v2_is_rays_default() -> bool:
 
 
 V2_DEFAULT = _train_v2_is_rays_default()
+needs_train_v2 = pytest.mark.skipif(
+    importlib.util.find_spec("ray.train.v2") is None,
+    reason="this Ray has no Train V2 to switch on (Ray < 2.41)",
+)
 needs_v2_default = pytest.mark.skipif(
     not V2_DEFAULT, reason="this Ray does not turn Train V2 on by default"
 )
@@ -86,6 +91,7 @@ def test_explicit_zero_is_kept():
     assert proc.stdout.strip().endswith("0")
 
 
+@needs_train_v2
 @pytest.mark.parametrize("first_call", ["trainer", "tuner"])
 def test_explicit_v2_fails_fast_at_first_call_with_the_fix(first_call):
     call = {
