@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Run the regression suite against one Ray release, in a venv of its own:
 #   scripts/compat.sh RAY_VERSION [pytest args...]     e.g. scripts/compat.sh 2.40.0
+# Default pytest args: tests -m "not large" (the regression suite, without the
+# runs that move hundreds of MiB).
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
-# Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Default
-# pytest args: -m "not large". Prints one verdict line last; exit 0 on PASS.
+# Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Prints one
+# verdict line last; exit 0 on PASS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 [ $# -ge 1 ] || { echo "usage: scripts/compat.sh RAY_VERSION [pytest args...]" >&2; exit 2; }
@@ -30,11 +32,11 @@ fi
 # --no-deps: the package's declared range may not include the version under test.
 "$venv/bin/python" -m pip install -q --no-deps -e . >> "$log" 2>&1 ||
   { echo "ray $version: FAIL (could not install ray_tt_ext; see $log)"; exit 1; }
-[ $# -gt 0 ] || set -- -m "not large"
+[ $# -gt 0 ] || set -- tests -m "not large"
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
-"$venv/bin/python" -m pytest tests -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
+"$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
 status=${PIPESTATUS[0]}
-summary="$(grep -E '^=+ .*(passed|failed|error).* =+$' "$venv.pytest.log" | tail -1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+summary="$(grep -E '[0-9]+ (passed|failed)' "$venv.pytest.log" | tail -1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
 if [ "$status" -eq 0 ]; then
   echo "ray $version: PASS ($summary)"
 else

@@ -9,27 +9,9 @@ import sys
 import textwrap
 
 import pytest
+from helpers import train_v2_is_rays_default  # noqa: E402
 
-
-def _train_v2_is_rays_default() -> bool:
-    """Whether this Ray turns Train V2 on when the variable is unset (Ray >= 2.51)."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import ray.train, ray.air.config; "
-            "print(ray.train.RunConfig is not ray.air.config.RunConfig)",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().endswith("True")
-
-
-V2_DEFAULT = _train_v2_is_rays_default()
+V2_DEFAULT = train_v2_is_rays_default()
 needs_train_v2 = pytest.mark.skipif(
     importlib.util.find_spec("ray.train.v2") is None,
     reason="this Ray has no Train V2 to switch on (Ray < 2.41)",
