@@ -23,6 +23,7 @@ from typing import Any
 #: The environment variable Ray reads to pick Train V1 ("0") or V2 ("1").
 V2_ENV_VAR = "RAY_TRAIN_V2_ENABLED"
 
+
 def _enable_train_v1_at_import() -> None:
     """The package's one deliberate import-time effect.
 

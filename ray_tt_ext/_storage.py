@@ -356,11 +356,8 @@ class StorageContext(_compat.StorageContext):
         """
         if self._current_checkpoint_dir_name is not None:
             return self._current_checkpoint_dir_name
-        if self.checkpoint_dir_name_policy == DEFAULT_DIR_NAME_TEMPLATE:
-            return self._make_checkpoint_dir_name(self.current_checkpoint_index)
-        return render_dir_name(
-            self.checkpoint_dir_name_policy, self.current_checkpoint_index, {}
-        )
+        # No checkpoint decided yet in this process: Ray's name for the index.
+        return self._make_checkpoint_dir_name(self.current_checkpoint_index)
 
     def persist_current_checkpoint(self, checkpoint: Any) -> Any:
         """Persist into the policy's folder, never outside the trial folder.

@@ -29,6 +29,7 @@ from ray_tt_ext._compat import (
 )
 from ray_tt_ext._executor import RemoteBackendExecutor
 from ray_tt_ext._payload import check_registered_payload, measuring_registered
+from ray_tt_ext._storage import checkpoint_policy_installed
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -282,6 +283,17 @@ class BaseTrainer(_compat.BaseTrainer):
         """
         _compat.ensure_train_v1(self.run_config, self.scaling_config)
         super()._validate_attributes()
+
+    def fit(self) -> Any:
+        """Run training as Ray's ``BaseTrainer.fit``, with this trainer's checkpoint policy.
+
+        Extends Ray's ``BaseTrainer.fit`` (which builds a plain ``ray.tune.Tuner``);
+        runs on the driver. A ``ray_tt_ext.CheckpointConfig`` in the trainer's
+        ``run_config`` names checkpoints here too, not only under
+        ``ray_tt_ext.Tuner``.
+        """
+        with checkpoint_policy_installed(self.run_config.checkpoint_config):
+            return super().fit()
 
     def _generate_trainable_cls(self) -> type[_TrainCoordinator]:
         """Build the per-trainer Trainable class without capturing ``self``.

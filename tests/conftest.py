@@ -212,3 +212,13 @@ def storage_path(tmp_path) -> str:
     path = tmp_path / "results"
     path.mkdir()
     return str(path)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Run the Ray Client tests last.
+
+    After a Ray Client session, starting a local Ray in the same process
+    segfaults on some Ray releases (seen on 2.44); no other test needs to run
+    after them.
+    """
+    items.sort(key=lambda item: item.get_closest_marker("client") is not None)

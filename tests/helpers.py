@@ -39,13 +39,22 @@ class Counter:
         return self.counts.get(key)
 
 
-def get_or_create_counter():
-    """The counter actor, detached: it lives as long as the Ray cluster the test uses."""
+def get_or_create_counter(node_id: Optional[str] = None):
+    """The counter actor, detached: it lives as long as the Ray cluster the test uses.
+
+    Pinned to ``node_id`` (default: the driver's node), so that tests which
+    kill worker nodes keep it: they pass the head node's id.
+    """
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
     return Counter.options(
         name=COUNTER_NAME,
         namespace=COUNTER_NAMESPACE,
         get_if_exists=True,
         lifetime="detached",
+        scheduling_strategy=NodeAffinitySchedulingStrategy(
+            node_id or ray.get_runtime_context().get_node_id(), soft=False
+        ),
     ).remote()
 
 

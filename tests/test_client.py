@@ -91,7 +91,9 @@ def test_remote_executor_under_ray_client(ray_client, storage_path):
     assert result.metrics_dataframe["v1"].iloc[0] == "0"
 
 
-def test_v1_reaches_a_separately_started_cluster_from_a_plain_driver(ray_head_node, tmp_path):
+def test_v1_reaches_a_separately_started_cluster_from_a_plain_driver(
+    ray_head_node, tmp_path
+):
     """A normal driver (not Ray Client) on a `ray start` cluster left at Ray's defaults."""
     import subprocess
     import sys

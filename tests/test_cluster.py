@@ -83,7 +83,7 @@ def _trainer(num_reports):
 
 def test_executor_lives_on_the_coordinators_node(ray_head_and_2_worker_nodes, storage_path):
     cluster, _ = ray_head_and_2_worker_nodes
-    get_or_create_counter()
+    get_or_create_counter(cluster.head_node.node_id)  # never on a node we kill
     result = Tuner(
         _trainer(num_reports=2),
         run_config=tune_api.RunConfig(storage_path=storage_path, name="placed", verbose=0),
@@ -98,7 +98,7 @@ def test_killing_a_worker_node_mid_run_is_survived(
     ray_head_and_2_worker_nodes, storage_path
 ):
     cluster, workers = ray_head_and_2_worker_nodes
-    get_or_create_counter()
+    get_or_create_counter(cluster.head_node.node_id)  # never on a node we kill
     experiment = Path(storage_path, "node_kill")
     killed = threading.Event()
 

@@ -540,3 +540,22 @@ def test_ray_global_is_restored_when_fit_raises(ray_start_4_cpus, storage_path):
     with pytest.raises(TypeError):
         tuner.fit()
     assert Experiment.__dict__["_storage_context_cls"] is before
+
+
+def test_trainer_fit_uses_the_policy_too(ray_start_4_cpus, storage_path):
+    """`trainer.fit()` (Ray's own Tuner inside) names checkpoints by the policy."""
+    trainer = ray_tt_ext.DataParallelTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 2},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name="trainer_fit",
+            verbose=0,
+            checkpoint_config=CheckpointConfig(checkpoint_dir_name="fit-{step}"),
+        ),
+    )
+    before = Experiment.__dict__["_storage_context_cls"]
+    result = trainer.fit()
+    assert _checkpoint_dirs(result.path) == ["fit-0", "fit-1"]
+    assert Experiment.__dict__["_storage_context_cls"] is before
