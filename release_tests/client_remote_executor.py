@@ -14,9 +14,10 @@ import os
 import tempfile
 from pathlib import Path
 
-from common import Context, HeadNode, main
+from common import Context, main
 
 import ray_tt_ext
+from ray_tt_ext._testing import HeadNode, connect_client
 
 
 def train_loop(config):
@@ -44,7 +45,9 @@ def run(ctx: Context) -> dict:
     address = ctx.address or head.client_address
     try:
         ctx.progress(f"connecting to {address}")
-        client = ray.init(address)
+        client = (
+            connect_client(address) if address.startswith("ray://") else ray.init(address)
+        )
         assert ray.util.client.ray.is_connected()
         num_trials, num_reports = (2, 3) if ctx.smoke else (4, 50)
         results = ray_tt_ext.Tuner(

@@ -11,11 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
-import socket
-import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -33,7 +29,6 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")] if p
 )
 
-LOOPBACK = "127.0.0.1"
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
@@ -62,70 +57,6 @@ class Context:
         path = self.out_dir / f"{self.name}_ray_results"
         path.mkdir(parents=True, exist_ok=True)
         return str(path.resolve())
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-class HeadNode:
-    """A ``ray start --head --block`` on loopback; ``stop()`` ends only its processes."""
-
-    def __init__(self, num_cpus: int = 4):
-        self.temp_dir = tempfile.mkdtemp(prefix="rtt_rel_", dir="/tmp")
-        self.client_port = free_port()
-        env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
-        env.update({"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_AUTH_MODE": "token"})
-        self.log = open(Path(self.temp_dir, "ray_start.log"), "w")
-        self.proc = subprocess.Popen(
-            [
-                str(Path(sys.executable).with_name("ray")),
-                "start",
-                "--head",
-                "--block",
-                f"--node-ip-address={LOOPBACK}",
-                f"--port={free_port()}",
-                f"--ray-client-server-port={self.client_port}",
-                f"--num-cpus={num_cpus}",
-                "--include-dashboard=false",
-                f"--temp-dir={self.temp_dir}",
-                "--disable-usage-stats",
-            ],
-            env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(Path(self.temp_dir, "ray_start.log").read_text())
-            with socket.socket() as s:
-                if s.connect_ex((LOOPBACK, self.client_port)) == 0:
-                    return
-            time.sleep(0.5)
-        self.stop()
-        raise TimeoutError("ray start --head did not open its client port")
-
-    @property
-    def client_address(self) -> str:
-        return f"ray://{LOOPBACK}:{self.client_port}"
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                pass
-        try:
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        self.proc.wait(timeout=10)
-        self.log.close()
 
 
 def main(run: Callable[[Context], dict[str, Any]]) -> int:

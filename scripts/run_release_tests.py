@@ -53,30 +53,26 @@ def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     result_file.unlink(missing_ok=True)
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=RELEASE, start_new_session=True, env=os.environ.copy())
+
+    def failed(error: str) -> dict:
+        record = {
+            "name": scenario["name"],
+            "passed": False,
+            "duration_s": round(time.monotonic() - started, 2),
+            "metrics": {},
+            "error": error,
+        }
+        result_file.write_text(json.dumps(record, indent=2))
+        return record
+
     try:
         proc.wait(timeout=budget)
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the scenario's own process group only
         proc.wait()
-        record = {
-            "name": scenario["name"],
-            "passed": False,
-            "duration_s": round(time.monotonic() - started, 2),
-            "metrics": {},
-            "error": f"over its time budget of {budget} s",
-        }
-        result_file.write_text(json.dumps(record, indent=2))
-        return record
+        return failed(f"over its time budget of {budget} s")
     if not result_file.exists():
-        record = {
-            "name": scenario["name"],
-            "passed": False,
-            "duration_s": round(time.monotonic() - started, 2),
-            "metrics": {},
-            "error": f"exited {proc.returncode} without writing {result_file.name}",
-        }
-        result_file.write_text(json.dumps(record, indent=2))
-        return record
+        return failed(f"exited {proc.returncode} without writing {result_file.name}")
     record = json.loads(result_file.read_text())
     if proc.returncode != 0:
         record["passed"] = False
