@@ -84,15 +84,19 @@ class CountingRayTrainer(ray.train.data_parallel_trainer.DataParallelTrainer):
         return super().as_trainable()
 
 
+def resume_step(checkpoint) -> int:
+    """The step after the one a ``state.json`` checkpoint holds (0 without one)."""
+    if not checkpoint:
+        return 0
+    with checkpoint.as_directory() as d:
+        with open(os.path.join(d, "state.json")) as f:
+            return json.load(f)["step"] + 1
+
+
 def report_loop(config: dict[str, Any]) -> None:
     """Reports ``num_reports`` metrics; a checkpoint every ``checkpoint_every``."""
     ctx = ray.train.get_context()
-    start = 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            with open(os.path.join(d, "state.json")) as f:
-                start = json.load(f)["step"] + 1
+    start = resume_step(ray.train.get_checkpoint())
     fail_at = config.get("fail_at_step")
     marker = config.get("fail_marker")
     for step in range(start, config.get("num_reports", 3)):
@@ -118,12 +122,7 @@ def report_loop(config: dict[str, Any]) -> None:
 
 def function_trainable(config: dict[str, Any]) -> None:
     """A Tune function trainable with a checkpoint per step."""
-    start = 0
-    checkpoint = tune_api.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            with open(os.path.join(d, "state.json")) as f:
-                start = json.load(f)["step"] + 1
+    start = resume_step(tune_api.get_checkpoint())
     for step in range(start, config.get("num_reports", 3)):
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "state.json"), "w") as f:
@@ -160,12 +159,7 @@ def quiet_run_config(storage_path: str, name: str, **kwargs: Any) -> tune_api.Ru
 
 def function_trainable_failing_once(config: dict[str, Any]) -> None:
     """``function_trainable`` that raises once at step ``fail_at`` (a marker file remembers)."""
-    start = 0
-    checkpoint = tune_api.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            with open(os.path.join(d, "state.json")) as f:
-                start = json.load(f)["step"] + 1
+    start = resume_step(tune_api.get_checkpoint())
     for step in range(start, config["num_reports"]):
         if step == config.get("fail_at") and not os.path.exists(config["marker"]):
             open(config["marker"], "w").close()
