@@ -92,7 +92,7 @@ from ray.air.config import CheckpointConfig as AirCheckpointConfig
 from ray.air.config import RunConfig as AirRunConfig
 from ray.air.config import ScalingConfig as AirScalingConfig
 from ray.air.util.node import _force_on_current_node
-from ray.train._internal.backend_executor import BackendExecutor
+from ray.train._internal.backend_executor import BackendExecutor, TrainBackendError
 from ray.train._internal.storage import StorageContext
 from ray.train.base_trainer import BaseTrainer
 from ray.train.constants import CHECKPOINT_DIR_NAME  # noqa: F401
@@ -254,6 +254,44 @@ def train_v1_runtime_env_vars() -> dict[str, str]:
     return {V2_ENV_VAR: "0"}
 
 
+# -- Train V1 worker session (runs on the training workers) ---------------------------
+
+
+def worker_report_synchronously() -> None:
+    """Make this worker's ``train.report()`` wait for the next ``get_next``.
+
+    Runs on a training worker, after ``BackendExecutor.start_training``. Sets
+    ``_TrainSession.synchronous_result_reporting`` (Ray 2.40 .. 2.60): from
+    then on ``_TrainSession.get_next`` releases the training thread when it is
+    *called* (before it waits for the next result), instead of as soon as it
+    has taken one. Used by the prefetching executor (``_executor.py``) so that
+    fetching a result early does not let the worker run further ahead.
+    """
+    session = get_session()
+    if session is None:
+        raise TrainBackendError("no Ray Train session on this worker")
+    session.synchronous_result_reporting = True
+
+
+def worker_get_next() -> Any:
+    """``_TrainSession.get_next`` on a training worker.
+
+    Runs on a training worker; the same as the closure in Ray's
+    ``BackendExecutor.get_next_results`` (a module-level function, so it is
+    pickled by reference).
+    """
+    session = get_session()
+    try:
+        if session is None:
+            raise RuntimeError
+        return session.get_next()
+    except RuntimeError:  # what Ray's closure turns into TrainBackendError
+        raise TrainBackendError(
+            "`get_next_results` has been called before `start_training`. "
+            "Please call `start_training` before `get_next_results`."
+        ) from None
+
+
 __all__ = [
     "AirCheckpointConfig",
     "AirRunConfig",
@@ -266,10 +304,13 @@ __all__ = [
     "FUNCTION_SIZE_WARN_THRESHOLD",
     "RAY_VERSION",
     "StorageContext",
+    "TrainBackendError",
     "TrainV2EnabledError",
     "TunerInternal",
     "V2_ENV_VAR",
     "ensure_train_v1",
     "grpc_max_message_bytes",
     "ray_cloudpickle",
+    "worker_get_next",
+    "worker_report_synchronously",
 ]

@@ -57,6 +57,7 @@ def run_demo(size_mb: int = 200, storage_path: Optional[str] = None) -> int:
     started_here = not ray.is_initialized()
     if started_here:
         ray.init(
+            address="local",  # our own Ray, not a `ray start` cluster nearby
             num_cpus=4,
             include_dashboard=False,
             log_to_driver=False,

@@ -3,6 +3,9 @@
 Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
 ``_create_actor``):
 
+* :class:`_PrefetchingBackendExecutor` — Ray's ``BackendExecutor``, asking the
+  workers for the next result early (no extra round trip per report, no
+  worker running further ahead than with Ray's executor).
 * :class:`BackendExecutorHost` — a plain class that owns one real
   ``BackendExecutor`` and exposes its methods; testable in-process.
 * :data:`_RemoteBackendExecutor` — ``ray.remote(BackendExecutorHost)``, the
@@ -41,6 +44,96 @@ from ray.util.scheduling_strategies import (
 from ray_tt_ext import _compat
 
 logger = logging.getLogger("ray_tt_ext")
+
+
+class _PrefetchingBackendExecutor(_compat.BackendExecutor):
+    """Ray's ``BackendExecutor`` that asks the workers for the next result early.
+
+    Runs in the executor actor. Ray's local executor, on each
+    ``get_next_results``, calls ``get_next`` on every worker and waits; the
+    worker hands over the result it has queued and is released to compute the
+    next one. A remote executor done the same way puts one more round trip
+    (coordinator to executor actor) on every report. This class removes it
+    without letting the workers run further ahead than Ray allows:
+
+    * the workers report synchronously (their ``get_next`` releases the
+      training thread when it is *called*, then waits for the result);
+    * the executor issues that call at the moment Ray's executor would
+      release the worker: when it hands a result to the coordinator;
+    * so when the coordinator asks for the next result, it is usually waiting
+      in the executor already, one hop away, as it would wait in the worker's
+      queue with Ray's executor.
+
+    A worker is therefore released at the same point as with Ray's executor
+    and still holds at most one unconsumed result, so a trial Tune stops after
+    result *k* has run the same steps (and written the same checkpoints) with
+    either executor. Failures of a call issued early surface on the next
+    ``get_next_results``, through Ray's ``get_with_failure_handling``.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
+
+    def _request_next_results(self) -> list[Any]:
+        return self.worker_group.execute_async(_compat.worker_get_next)
+
+    def start_training(self, *args: Any, **kwargs: Any) -> None:
+        """Overrides ``BackendExecutor.start_training``; runs in the executor actor.
+
+        Ray's, then the workers switch to synchronous reporting and the first
+        result is requested (``get_next`` does not release before the first
+        result, so this lets no worker run ahead).
+        """
+        self._next_results = None
+        super().start_training(*args, **kwargs)
+        self.get_with_failure_handling(
+            self.worker_group.execute_async(_compat.worker_report_synchronously)
+        )
+        self._next_results = self._request_next_results()
+
+    def get_next_results(self) -> Optional[list[Any]]:
+        """Overrides ``BackendExecutor.get_next_results``; runs in the executor actor.
+
+        Same contract as Ray's (a result per worker, ``None`` once every
+        worker's training function returned, the same error if only some
+        did), served from the request issued when the previous result was
+        handed over; the next request is issued before this one returns.
+        """
+        futures, self._next_results = self._next_results, None
+        if futures is None:  # not started, or after the final None: as Ray does
+            futures = self._request_next_results()
+        results = self.get_with_failure_handling(futures)
+        if any(r is None for r in results):
+            if not all(r is None for r in results):
+                raise RuntimeError(
+                    "Some workers returned results while others didn't. Make sure "
+                    "that `session.report()` are called the same number of times "
+                    "on all workers."
+                )
+            return None
+        self._next_results = self._request_next_results()
+        return results
+
+    def shutdown(self, graceful_termination: bool = True) -> None:
+        """Overrides ``BackendExecutor.shutdown``; runs in the executor actor.
+
+        A request issued early occupies each worker until its next report; a
+        graceful shutdown waits for it (up to Ray's own 5 s worker patience)
+        so the backend's cleanup is not queued behind it, and falls back to
+        Ray's forced shutdown if it does not come.
+        """
+        pending, self._next_results = self._next_results, None
+        if pending and graceful_termination:
+            _, not_done = ray.wait(
+                pending, num_returns=len(pending), timeout=_SHUTDOWN_PATIENCE_S
+            )
+            graceful_termination = not not_done
+        super().shutdown(graceful_termination=graceful_termination)
+
+
+#: How long a graceful shutdown waits for requests issued early (WorkerGroup's patience).
+_SHUTDOWN_PATIENCE_S = 5.0
 
 
 class BackendExecutorHost:
@@ -125,7 +218,7 @@ class RemoteBackendExecutor:
     is raised at once; no call waits on a dead actor.
     """
 
-    _executor_cls: type[Any] = _compat.BackendExecutor
+    _executor_cls: type[Any] = _PrefetchingBackendExecutor
 
     def __init__(
         self,

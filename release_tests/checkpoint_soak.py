@@ -86,7 +86,13 @@ def driver_phase(storage_path: str, steps: int, trials: int, markers: str, sleep
     """The first driver: runs until the scenario kills it."""
     import ray
 
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
     trainer, param_space = make_trainer(steps, trials, markers, sleep)
     ray_tt_ext.Tuner(
         trainer, param_space=param_space, run_config=run_config(storage_path)

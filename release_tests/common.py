@@ -50,7 +50,13 @@ class Context:
         if self.address:
             ray.init(address=self.address)
         else:
-            ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False)
+            ray.init(
+                address="local",  # our own Ray, not a `ray start` cluster nearby
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                log_to_driver=False,
+                _node_ip_address="127.0.0.1",
+            )
 
     @property
     def storage_path(self) -> str:

@@ -219,14 +219,27 @@ def bench_inspect(quick: bool) -> dict[str, Any]:
 
 def _throughput_loop(config):
     n = config["num_reports"]
-    ray.train.report({"i": 0, "t": time.perf_counter()})  # warm-up
+    ray.train.report({"i": 0})  # warm-up
+    latencies = []
     t0 = time.perf_counter()
     for i in range(1, n + 1):
-        ray.train.report({"i": i, "t0": t0})
-    ray.train.report({"i": n + 1, "elapsed": time.perf_counter() - t0})
+        t = time.perf_counter()
+        ray.train.report({"i": i})
+        latencies.append(time.perf_counter() - t)
+    elapsed = time.perf_counter() - t0
+    latencies.sort()
+    ray.train.report(
+        {
+            "i": n + 1,
+            "elapsed": elapsed,
+            # How long train.report() blocks the worker, as the worker sees it.
+            "p50_ms": 1e3 * latencies[len(latencies) // 2],
+            "p95_ms": 1e3 * latencies[int(len(latencies) * 0.95)],
+        }
+    )
 
 
-def _executor_case(remote: bool, num_reports: int, storage: str) -> float:
+def _executor_case(remote: bool, num_reports: int, storage: str) -> dict[str, float]:
     result = ray_tt_ext.Tuner(
         ray_tt_ext.DataParallelTrainer(
             _throughput_loop,
@@ -239,33 +252,52 @@ def _executor_case(remote: bool, num_reports: int, storage: str) -> float:
         ),
     ).fit()[0]
     assert result.error is None, result.error
-    return num_reports / result.metrics["elapsed"]
+    m = result.metrics
+    return {
+        "reports_per_s": num_reports / m["elapsed"],
+        "p50_ms": m["p50_ms"],
+        "p95_ms": m["p95_ms"],
+    }
 
 
 def bench_executor(quick: bool, storage: str) -> dict[str, Any]:
     n = 200 if quick else 1000
-    runs = {"local": [], "remote": []}
+    runs: dict[str, list] = {"local": [], "remote": []}
     for _ in range(3):  # interleaved, so drift hits both alike
         runs["local"].append(_executor_case(False, n, storage))
         runs["remote"].append(_executor_case(True, n, storage))
-    local, remote = statistics.median(runs["local"]), statistics.median(runs["remote"])
+    med = {
+        kind: {k: statistics.median(r[k] for r in rs) for k in rs[0]}
+        for kind, rs in runs.items()
+    }
+    local, remote = med["local"]["reports_per_s"], med["remote"]["reports_per_s"]
     overhead = local / remote - 1.0
+    rows = [
+        [
+            label,
+            f"{m['reports_per_s']:.0f}",
+            f"{1e3 / m['reports_per_s']:.2f}",
+            f"{m['p50_ms']:.2f}",
+            f"{m['p95_ms']:.2f}",
+        ]
+        for label, m in (
+            ("local (Ray)", med["local"]),
+            ("remote (ray_tt_ext)", med["remote"]),
+        )
+    ]
+    rows.append(["remote overhead", f"{overhead * 100:+.1f}%", "", "", ""])
     print(
         _table(
             f"Executor throughput, {n} reports, 1 worker (median of 3)",
-            ["executor", "reports/s", "ms/report"],
-            [
-                ["local (Ray)", f"{local:.0f}", f"{1e3 / local:.2f}"],
-                ["remote (ray_tt_ext)", f"{remote:.0f}", f"{1e3 / remote:.2f}"],
-                ["remote overhead", f"{overhead * 100:+.1f}%", ""],
-            ],
+            ["executor", "reports/s", "ms/report", "report() p50 ms", "p95 ms"],
+            rows,
         )
     )
     return {
         "num_reports": n,
         "runs": runs,
-        "local": local,
-        "remote": remote,
+        "local": med["local"],
+        "remote": med["remote"],
         "overhead": overhead,
     }
 
@@ -292,7 +324,13 @@ def main(argv=None) -> int:
         "platform": platform.platform(),
     }
     print(f"# ray_tt_ext benchmarks ({'quick' if args.quick else 'full'}): {machine}")
-    ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
+    ray.init(
+        address="local",
+        num_cpus=4,
+        include_dashboard=False,
+        log_to_driver=False,
+        _node_ip_address="127.0.0.1",
+    )
     results: dict[str, Any] = {"machine": machine, "quick": args.quick}
     try:
         for name in args.only or list(SECTIONS):

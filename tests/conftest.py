@@ -36,7 +36,14 @@ from ray_tt_ext._testing import HeadNode, connect_client  # noqa: E402
 
 
 def _init_kwargs(num_cpus: int) -> dict:
-    return dict(num_cpus=num_cpus, include_dashboard=False)
+    # address="local": a new Ray of our own, never a `ray start` cluster that
+    # happens to run on this machine (ray.init() would join that one).
+    return dict(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        _node_ip_address="127.0.0.1",
+    )
 
 
 @pytest.fixture(scope="session")

@@ -258,6 +258,45 @@ def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
     _assert_nothing_leaked()
 
 
+def counting_loop(config):
+    """Counts in the test counter every step a worker starts, then reports it."""
+    from helpers import _count
+
+    for step in range(1000):
+        _count(config["key"])
+        ray.train.report({"step": step})
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+def test_workers_run_no_further_ahead_than_with_rays_executor(
+    ray_start_4_cpus, storage_path, remote
+):
+    # The remote executor requests the next result early; that must not let a
+    # worker start more steps than Ray's executor does. Tune stops the trial
+    # after 3 results; Ray releases a worker when its result is taken, so it
+    # starts step 4 and then waits at report(): 4 steps, never 5.
+    counter = get_or_create_counter()
+    key = f"steps_started_{remote}"
+    result = Tuner(
+        ray_tt_ext.DataParallelTrainer(
+            counting_loop,
+            train_loop_config={"key": key},
+            scaling_config=ray.train.ScalingConfig(num_workers=1),
+            remote_executor=remote,
+        ),
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name=f"ahead_{remote}",
+            verbose=0,
+            stop={"training_iteration": 3},
+        ),
+    ).fit()[0]
+    assert result.error is None
+    assert result.metrics["step"] == 2
+    _assert_nothing_leaked()
+    assert ray.get(counter.get.remote(key)) in (3, 4)
+
+
 def test_remote_executor_flag_is_checked(ray_start_4_cpus):
     with pytest.raises(TypeError, match="remote_executor must be True or False"):
         ray_tt_ext.DataParallelTrainer(report_loop, remote_executor="yes")
