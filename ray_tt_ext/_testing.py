@@ -91,7 +91,7 @@ class HeadNode:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
-                self.proc.wait(timeout=60)
+                self.proc.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 pass
         try:
