@@ -72,6 +72,7 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
+        """Extends ``BackendExecutor.__init__``; runs in the executor actor."""
         super().__init__(*args, **kwargs)
         self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
 

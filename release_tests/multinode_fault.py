@@ -65,13 +65,20 @@ def run(ctx: Context) -> dict:
     nodes_dir = tempfile.mkdtemp(prefix="rtt_nodes_")
     killed = {}
 
+    driver_node = ray.get_runtime_context().get_node_id()
+
     def kill_after_second_checkpoint():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if list(experiment.glob("*/checkpoint_000001")):
                 hosts = {p.read_text() for p in Path(nodes_dir).iterdir()}
-                # A worker node hosting a training worker (never the head).
-                node = next((n for n in workers if n.node_id in hosts), None)
+                # A worker node hosting a training worker: never the head, and
+                # never the node whose raylet this driver is attached to (all
+                # nodes share 127.0.0.1, so ray.init may pick a worker node's).
+                node = next(
+                    (n for n in workers if n.node_id in hosts and n.node_id != driver_node),
+                    None,
+                )
                 if node is not None:
                     cluster.remove_node(node, allow_graceful=False)
                     killed["node"] = node.node_id

@@ -101,14 +101,20 @@ def test_killing_a_worker_node_mid_run_is_survived(
     get_or_create_counter(cluster.head_node.node_id)  # never on a node we kill
     experiment = Path(storage_path, "node_kill")
     killed = threading.Event()
+    driver_node = ray.get_runtime_context().get_node_id()
 
     def kill_a_training_node_after_second_checkpoint():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if list(experiment.glob("*/checkpoint_000001")):
-                # A worker node that hosts a training worker (never the head).
+                # A worker node that hosts a training worker: never the head,
+                # and never the node whose raylet this driver is attached to
+                # (all nodes share 127.0.0.1, so ray.init may pick a worker
+                # node's; killing it would kill the driver).
                 hosts = {recorded("rank1_node"), recorded("rank0_node")}
-                node = next(n for n in workers if n.node_id in hosts)
+                node = next(
+                    n for n in workers if n.node_id in hosts and n.node_id != driver_node
+                )
                 cluster.remove_node(node, allow_graceful=False)
                 killed.set()
                 return

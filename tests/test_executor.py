@@ -20,12 +20,17 @@ from helpers import (
     recorded,
     report_loop,
 )
+from ray.train.backend import Backend, BackendConfig
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_tt_ext
 from ray_tt_ext import RemoteBackendExecutor, Tuner
 from ray_tt_ext._compat import BackendExecutor
-from ray_tt_ext._executor import BackendExecutorHost, _scheduling_options
+from ray_tt_ext._executor import (
+    BackendExecutorHost,
+    _PrefetchingBackendExecutor,
+    _scheduling_options,
+)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,8 +66,6 @@ def _assert_nothing_leaked(timeout: float = 30.0) -> None:
 
 
 def test_host_is_a_plain_class_testable_in_process(ray_start_4_cpus):
-    from ray.train.backend import BackendConfig
-
     host = BackendExecutorHost(
         BackendExecutor, dict(backend_config=BackendConfig(), num_workers=1, max_retries=0)
     )
@@ -75,6 +78,82 @@ def test_host_is_a_plain_class_testable_in_process(ray_start_4_cpus):
         host.call("shutdown", (), {})
     assert host.call("is_started", (), {}) is False
     assert host.placement_info()["node_id"] == ray.get_runtime_context().get_node_id()
+
+
+def _three_reports():
+    for step in range(3):
+        ray.train.report({"step": step})
+    return "done"
+
+
+def _slow_second_step():
+    ray.train.report({"step": 0})
+    time.sleep(300)  # the early request for result 2 waits on this
+    ray.train.report({"step": 1})
+
+
+class _CleanupBackend(Backend):
+    def on_shutdown(self, worker_group, backend_config):
+        # Like TorchBackend tearing down its process group: a call on every
+        # worker, which would queue behind a pending get_next.
+        worker_group.execute(os.getpid)
+
+
+class _CleanupBackendConfig(BackendConfig):
+    @property
+    def backend_cls(self):
+        return _CleanupBackend
+
+
+def _started_executor(train_func, storage_path, backend_config=None):
+    from ray.train import DataConfig
+
+    from ray_tt_ext._compat import StorageContext
+
+    executor = _PrefetchingBackendExecutor(
+        backend_config=backend_config or BackendConfig(), num_workers=2, max_retries=0
+    )
+    executor.start()
+    executor.start_training(
+        train_func,
+        datasets={},
+        metadata={},
+        data_config=DataConfig(),
+        storage=StorageContext(
+            storage_path=storage_path, experiment_dir_name="exp", trial_dir_name="trial"
+        ),
+    )
+    return executor
+
+
+def test_prefetching_executor_keeps_rays_contract(ray_start_4_cpus, storage_path):
+    executor = _started_executor(_three_reports, storage_path)
+    try:
+        steps = []
+        while (results := executor.get_next_results()) is not None:
+            assert len(results) == 2  # one per worker, the same step
+            steps.append({r.metrics["step"] for r in results})
+        assert steps == [{0}, {1}, {2}]
+        assert executor.finish_training() == ["done", "done"]
+    finally:
+        executor.shutdown()
+    _assert_nothing_leaked()
+
+
+def test_graceful_shutdown_does_not_wait_for_a_result_requested_early(
+    ray_start_4_cpus, storage_path
+):
+    executor = _started_executor(_slow_second_step, storage_path, _CleanupBackendConfig())
+    try:
+        assert [r.metrics["step"] for r in executor.get_next_results()] == [0, 0]
+        # Result 2 is now requested; the workers sleep before producing it.
+    finally:
+        start = time.monotonic()
+        executor.shutdown(graceful_termination=True)
+    # Waits Ray's 5 s worker patience, then shuts down by force (no cleanup
+    # queued behind the 300 s step).
+    assert time.monotonic() - start < 60
+    _assert_nothing_leaked()
 
 
 def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus):
