@@ -58,27 +58,25 @@ def run(ctx: Context) -> dict:
             "include_dashboard": False,
         },
     )
+    # Connect before adding the worker nodes: all nodes share 127.0.0.1 and
+    # ray.init attaches the driver to any node on its IP (a worker node's, at
+    # times, on Ray 2.40); killing that node would take the driver down.
+    ray.init(address=cluster.address, log_to_driver=False)
+    if ray.get_runtime_context().get_node_id() != cluster.head_node.node_id:
+        raise RuntimeError("the driver is not attached to the head node")
     workers = [cluster.add_node(num_cpus=2, resources={"worker_node": 1}) for _ in range(2)]
     cluster.wait_for_nodes()
-    ray.init(address=cluster.address, log_to_driver=False)
     experiment = Path(ctx.storage_path, "multinode")
     nodes_dir = tempfile.mkdtemp(prefix="rtt_nodes_")
     killed = {}
-
-    driver_node = ray.get_runtime_context().get_node_id()
 
     def kill_after_second_checkpoint():
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             if list(experiment.glob("*/checkpoint_000001")):
                 hosts = {p.read_text() for p in Path(nodes_dir).iterdir()}
-                # A worker node hosting a training worker: never the head, and
-                # never the node whose raylet this driver is attached to (all
-                # nodes share 127.0.0.1, so ray.init may pick a worker node's).
-                node = next(
-                    (n for n in workers if n.node_id in hosts and n.node_id != driver_node),
-                    None,
-                )
+                # A worker node hosting a training worker (never the head).
+                node = next((n for n in workers if n.node_id in hosts), None)
                 if node is not None:
                     cluster.remove_node(node, allow_graceful=False)
                     killed["node"] = node.node_id

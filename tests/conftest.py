@@ -74,25 +74,6 @@ def shutdown_only():
         ray.shutdown()
 
 
-@pytest.fixture
-def ray_3_node_cluster():
-    """A head and two worker nodes (2 CPUs each) with ray.cluster_utils.Cluster."""
-    from ray.cluster_utils import Cluster
-
-    if ray.is_initialized():
-        ray.shutdown()
-    cluster = Cluster(
-        initialize_head=True,
-        head_node_args={"num_cpus": 2, "include_dashboard": False},
-    )
-    nodes = [cluster.add_node(num_cpus=2) for _ in range(2)]
-    cluster.wait_for_nodes()
-    ray.init(address=cluster.address)
-    yield cluster, nodes
-    ray.shutdown()
-    cluster.shutdown()
-
-
 @pytest.fixture(scope="module")
 def ray_head_node():
     """A `ray start --head` cluster on loopback with a Ray Client server."""
