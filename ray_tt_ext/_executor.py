@@ -46,6 +46,10 @@ from ray_tt_ext import _compat
 logger = logging.getLogger("ray_tt_ext")
 
 
+#: How long a graceful shutdown waits for requests issued early (WorkerGroup's patience).
+_SHUTDOWN_PATIENCE_S = 5.0
+
+
 class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     """Ray's ``BackendExecutor`` that asks the workers for the next result early.
 
@@ -131,10 +135,6 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
             )
             graceful_termination = not not_done
         super().shutdown(graceful_termination=graceful_termination)
-
-
-#: How long a graceful shutdown waits for requests issued early (WorkerGroup's patience).
-_SHUTDOWN_PATIENCE_S = 5.0
 
 
 class BackendExecutorHost:
