@@ -32,10 +32,12 @@ class DemoTrainer(ray_tt_ext.DataParallelTrainer):
 def _train_loop(config: dict[str, Any]) -> None:
     import ray.train
 
-    weights = config["weights"]
+    # Gradient descent on x**2 from the weights' mean: the loss depends on lr.
+    x = float(config["weights"][:1000].mean())
     rank = ray.train.get_context().get_world_rank()
     for step in range(3):
-        loss = float(weights[: 1000 * (step + 1)].mean()) / (step + 1)
+        x -= config["lr"] * 2 * x
+        loss = x * x
         if rank != 0:  # rank 0 saves the checkpoint, every worker reports
             ray.train.report({"step": step, "loss": loss})
             continue
