@@ -77,7 +77,7 @@ def run_demo(size_mb: int = 200, storage_path: Optional[str] = None) -> int:
         tuner = ray_tt_ext.Tuner(
             DemoTrainer(_train_loop, **kwargs),
             param_space={"train_loop_config": {"lr": ray.tune.grid_search([0.01, 0.1])}},
-            run_config=ray.tune.RunConfig(
+            run_config=_compat.TuneRunConfig(
                 name="demo",
                 storage_path=storage_path,
                 verbose=0,
