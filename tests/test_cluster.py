@@ -21,12 +21,13 @@ from ray_tt_ext import Tuner
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(300)]
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def ray_head_and_2_worker_nodes():
     """Head and two worker nodes, 2 CPUs and one `worker_node` slot each.
 
     Any two nodes can host a trial (coordinator + rank 0 on one, rank 1 on
-    another), so a trial survives the loss of one worker node.
+    another), so a trial survives the loss of one worker node. Shared by the
+    module: the test that kills a worker node comes last.
     """
     from ray.cluster_utils import Cluster
 
