@@ -126,7 +126,7 @@ def test_as_trainable_before_ray_init_is_no_false_positive(shutdown_only):
     trainer = _trainer("train_loop_config", 150 * 1000 * 1000)
     trainable = trainer.as_trainable()
     assert registered_bytes(trainable) < SMALL_PAYLOAD
-    ray.init(num_cpus=2, include_dashboard=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
     assert trainable._params._ref is not None  # flushed by ray.init's hook
     assert len(ray.cloudpickle.dumps(trainable)) < SMALL_PAYLOAD
     assert trainable._params.get()["train_loop_config"]["weights"].nbytes == 150_000_000

@@ -47,7 +47,7 @@ def test_import_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_path):
         def loop(config):
             ray.train.report({{"ok": 1}})
 
-        ray.init(num_cpus=2, include_dashboard=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
         trainer = DataParallelTrainer(
             loop, scaling_config=ray.train.ScalingConfig(num_workers=1),
             run_config=ray.train.RunConfig(storage_path={str(tmp_path)!r}, name="new_user"),
@@ -135,7 +135,7 @@ def test_ray_train_imported_first_still_works_with_v1_objects(tmp_path):
             import ray.train
             ray.train.report({{"ok": 1}})
 
-        ray.init(num_cpus=2, include_dashboard=False)
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
         result = ray_tt_ext.Tuner(
             ray_tt_ext.DataParallelTrainer(
                 loop, scaling_config=ScalingConfig(num_workers=1)),
