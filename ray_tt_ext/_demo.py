@@ -17,6 +17,7 @@ from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirScalingConfig
 from ray_tt_ext._compat import DataParallelTrainer as RayDataParallelTrainer
 from ray_tt_ext._payload import format_bytes
+from ray_tt_ext._testing import init_local_ray
 
 _conversions = {"count": 0}
 
@@ -58,13 +59,7 @@ def run_demo(size_mb: int = 200, storage_path: Optional[str] = None) -> int:
     print(f"A trainer holding a {format_bytes(weights.nbytes)} array in train_loop_config.")
     started_here = not ray.is_initialized()
     if started_here:
-        ray.init(
-            address="local",  # our own Ray, not a `ray start` cluster nearby
-            num_cpus=4,
-            include_dashboard=False,
-            log_to_driver=False,
-            _node_ip_address="127.0.0.1",  # loopback only
-        )
+        init_local_ray(4, log_to_driver=False)
     try:
         kwargs = dict(
             train_loop_config={"weights": weights},

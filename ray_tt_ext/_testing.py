@@ -26,6 +26,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def init_local_ray(num_cpus: int, **kwargs):
+    """``ray.init`` of a new local Ray on loopback, never a ``ray start`` cluster
+    that happens to run on this machine (a bare ``ray.init()`` joins that one)."""
+    import ray
+
+    return ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        _node_ip_address=LOOPBACK,
+        **kwargs,
+    )
+
+
 class HeadNode:
     """A ``ray start --head --block`` process group on loopback.
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from common import Context, main
 
 import ray_tt_ext
+from ray_tt_ext._testing import init_local_ray
 
 NAME = re.compile(r"^ck-(?P<index>\d{5})-step(?P<step>\d+)$")
 
@@ -84,15 +85,8 @@ def run_config(storage_path: str):
 
 def driver_phase(storage_path: str, steps: int, trials: int, markers: str, sleep: float):
     """The first driver: runs until the scenario kills it."""
-    import ray
 
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        _node_ip_address="127.0.0.1",
-    )
+    init_local_ray(4, log_to_driver=False)
     trainer, param_space = make_trainer(steps, trials, markers, sleep)
     ray_tt_ext.Tuner(
         trainer, param_space=param_space, run_config=run_config(storage_path)

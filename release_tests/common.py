@@ -47,16 +47,12 @@ class Context:
         """Connect to ``--address``, or start a local Ray on loopback."""
         import ray
 
+        from ray_tt_ext._testing import init_local_ray
+
         if self.address:
             ray.init(address=self.address)
         else:
-            ray.init(
-                address="local",  # our own Ray, not a `ray start` cluster nearby
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                log_to_driver=False,
-                _node_ip_address="127.0.0.1",
-            )
+            init_local_ray(num_cpus, log_to_driver=False)
 
     @property
     def storage_path(self) -> str:

@@ -42,6 +42,7 @@ import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
 import ray.train  # noqa: E402
 import ray.tune  # noqa: E402
+from ray_tt_ext._testing import init_local_ray  # noqa: E402
 from ray.train.data_parallel_trainer import (  # noqa: E402
     DataParallelTrainer as RayDataParallelTrainer,
 )
@@ -324,13 +325,7 @@ def main(argv=None) -> int:
         "platform": platform.platform(),
     }
     print(f"# ray_tt_ext benchmarks ({'quick' if args.quick else 'full'}): {machine}")
-    ray.init(
-        address="local",
-        num_cpus=4,
-        include_dashboard=False,
-        log_to_driver=False,
-        _node_ip_address="127.0.0.1",
-    )
+    init_local_ray(4, log_to_driver=False)
     results: dict[str, Any] = {"machine": machine, "quick": args.quick}
     try:
         for name in args.only or list(SECTIONS):

@@ -32,25 +32,14 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import ray  # noqa: E402
 
 import ray_tt_ext  # noqa: E402,F401  (sets RAY_TRAIN_V2_ENABLED=0 first)
-from ray_tt_ext._testing import HeadNode, connect_client  # noqa: E402
-
-
-def _init_kwargs(num_cpus: int) -> dict:
-    # address="local": a new Ray of our own, never a `ray start` cluster that
-    # happens to run on this machine (ray.init() would join that one).
-    return dict(
-        address="local",
-        num_cpus=num_cpus,
-        include_dashboard=False,
-        _node_ip_address="127.0.0.1",
-    )
+from ray_tt_ext._testing import HeadNode, connect_client, init_local_ray  # noqa: E402
 
 
 @pytest.fixture(scope="session")
 def _session_ray_4_cpus():
     if ray.is_initialized():
         ray.shutdown()
-    ray.init(**_init_kwargs(4))
+    init_local_ray(4)
     yield
     ray.shutdown()
 
@@ -59,7 +48,7 @@ def _session_ray_4_cpus():
 def ray_start_4_cpus(_session_ray_4_cpus):
     """A local 4-CPU Ray, shared by the session (started once)."""
     if not ray.is_initialized():  # a test shut it down: start it again
-        ray.init(**_init_kwargs(4))
+        init_local_ray(4)
     yield
     assert not ray.util.client.ray.is_connected()
 

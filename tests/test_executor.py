@@ -35,12 +35,23 @@ from ray_tt_ext._executor import (
 pytestmark = pytest.mark.timeout(180)
 
 
-def _run(storage_path, name, *, remote=True, trainer_cls=None, max_failures=0, **config):
+def _run(
+    storage_path,
+    name,
+    *,
+    loop=report_loop,
+    num_workers=2,
+    remote=True,
+    trainer_cls=None,
+    max_failures=0,
+    stop=None,
+    **config,
+):
     trainer_cls = trainer_cls or ray_tt_ext.DataParallelTrainer
     trainer = trainer_cls(
-        report_loop,
+        loop,
         train_loop_config={"num_reports": 4, **config},
-        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        scaling_config=ray.train.ScalingConfig(num_workers=num_workers),
         remote_executor=remote,
     )
     return Tuner(
@@ -49,6 +60,7 @@ def _run(storage_path, name, *, remote=True, trainer_cls=None, max_failures=0, *
             storage_path=storage_path,
             name=name,
             verbose=0,
+            stop=stop,
             failure_config=tune_api.FailureConfig(max_failures=max_failures),
         ),
     ).fit()[0]
@@ -292,20 +304,13 @@ def test_executor_actor_killed_mid_run(
 ):
     marker = str(tmp_path / "killed")
     start = time.monotonic()
-    result = Tuner(
-        ray_tt_ext.DataParallelTrainer(
-            kill_executor_loop,
-            train_loop_config={"marker": marker},
-            scaling_config=ray.train.ScalingConfig(num_workers=2),
-            remote_executor=True,
-        ),
-        run_config=tune_api.RunConfig(
-            storage_path=storage_path,
-            name=f"killed{max_failures}",
-            verbose=0,
-            failure_config=tune_api.FailureConfig(max_failures=max_failures),
-        ),
-    ).fit()[0]
+    result = _run(
+        storage_path,
+        f"killed{max_failures}",
+        loop=kill_executor_loop,
+        max_failures=max_failures,
+        marker=marker,
+    )
     assert os.path.exists(marker)
     assert time.monotonic() - start < 120  # no hang
     if max_failures:
@@ -317,21 +322,7 @@ def test_executor_actor_killed_mid_run(
 
 
 def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
-    trainer = ray_tt_ext.DataParallelTrainer(
-        report_loop,
-        train_loop_config={"num_reports": 1000},
-        scaling_config=ray.train.ScalingConfig(num_workers=2),
-        remote_executor=True,
-    )
-    result = Tuner(
-        trainer,
-        run_config=tune_api.RunConfig(
-            storage_path=storage_path,
-            name="stopped",
-            verbose=0,
-            stop={"training_iteration": 3},
-        ),
-    ).fit()[0]
+    result = _run(storage_path, "stopped", stop={"training_iteration": 3}, num_reports=1000)
     assert result.error is None
     assert result.metrics["training_iteration"] == 3
     _assert_nothing_leaked()
@@ -356,20 +347,15 @@ def test_workers_run_no_further_ahead_than_with_rays_executor(
     # starts step 4 and then waits at report(): 4 steps, never 5.
     counter = get_or_create_counter()
     key = f"steps_started_{remote}"
-    result = Tuner(
-        ray_tt_ext.DataParallelTrainer(
-            counting_loop,
-            train_loop_config={"key": key},
-            scaling_config=ray.train.ScalingConfig(num_workers=1),
-            remote_executor=remote,
-        ),
-        run_config=tune_api.RunConfig(
-            storage_path=storage_path,
-            name=f"ahead_{remote}",
-            verbose=0,
-            stop={"training_iteration": 3},
-        ),
-    ).fit()[0]
+    result = _run(
+        storage_path,
+        f"ahead_{remote}",
+        loop=counting_loop,
+        num_workers=1,
+        remote=remote,
+        stop={"training_iteration": 3},
+        key=key,
+    )
     assert result.error is None
     assert result.metrics["step"] == 2
     _assert_nothing_leaked()
