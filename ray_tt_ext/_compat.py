@@ -88,6 +88,7 @@ import ray.tune
 from ray._private import ray_constants as _ray_constants
 from ray._private import worker as _ray_worker
 from ray.air._internal.usage import AirEntrypoint  # noqa: F401
+from ray.air._internal.util import StartTraceback, StartTracebackWithWorkerRank
 from ray.air.config import CheckpointConfig as AirCheckpointConfig
 from ray.air.config import RunConfig as AirRunConfig
 from ray.air.config import ScalingConfig as AirScalingConfig
@@ -303,6 +304,8 @@ __all__ = [
     "FUNCTION_SIZE_ERROR_THRESHOLD",
     "FUNCTION_SIZE_WARN_THRESHOLD",
     "RAY_VERSION",
+    "StartTraceback",
+    "StartTracebackWithWorkerRank",
     "StorageContext",
     "TrainBackendError",
     "TrainV2EnabledError",

@@ -137,18 +137,53 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         super().shutdown(graceful_termination=graceful_termination)
 
 
+class _TrainingWorkerError(Exception):
+    """A training worker's error, carried across the executor actor's boundary.
+
+    Ray's executor raises ``StartTracebackWithWorkerRank(rank) from error``
+    for an error in the user's training function; the coordinator's
+    ``TrainingIterator`` catches it (``except StartTraceback``), reports the
+    final run status and re-raises the user's error without Ray's frames.
+    ``StartTracebackWithWorkerRank`` pickles its rank only, so its
+    ``__cause__`` (the user's error) would be lost on the way from the
+    executor actor to the coordinator. This carrier pickles both; the
+    coordinator rebuilds Ray's exception from it (:meth:`as_start_traceback`).
+    """
+
+    def __init__(self, worker_rank: Optional[int], error: Optional[BaseException]):
+        super().__init__(worker_rank, error)
+        self.worker_rank = worker_rank
+        self.error = error
+
+    def __reduce__(self):
+        return (type(self), (self.worker_rank, self.error))
+
+    def as_start_traceback(self) -> BaseException:
+        """Ray's own exception, without its cause (raise it ``from self.error``)."""
+        if self.worker_rank is None:
+            return _compat.StartTraceback()
+        return _compat.StartTracebackWithWorkerRank(worker_rank=self.worker_rank)
+
+
 class BackendExecutorHost:
     """Owns a real ``BackendExecutor`` and exposes the calls the coordinator makes.
 
     Runs in the executor actor (or in-process, for tests). Arguments and
-    return values are Ray's own; nothing is transformed.
+    return values are Ray's own. Errors are Ray's own too, except that a
+    training worker's error (Ray's ``StartTraceback``) travels as a
+    :class:`_TrainingWorkerError`, so that its cause survives pickling.
     """
 
     def __init__(self, executor_cls: type[Any], kwargs: dict[str, Any]):
         self._executor = executor_cls(**kwargs)
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        return getattr(self._executor, method)(*args, **kwargs)
+        try:
+            return getattr(self._executor, method)(*args, **kwargs)
+        except _compat.StartTraceback as e:
+            raise _TrainingWorkerError(
+                getattr(e, "worker_rank", None), e.__cause__
+            ) from None
 
     def placement_info(self) -> dict[str, Any]:
         """Where this actor runs: node, placement group, assigned resources."""
@@ -214,9 +249,14 @@ class RemoteBackendExecutor:
     Same constructor and methods as Ray's ``BackendExecutor`` (Ray 2.40 ..
     2.60). Created and called by the coordinator (the trial actor); each call
     blocks until the actor answers. Errors raised by the real executor are
-    re-raised unchanged, so ``TrainingIterator``'s error handling works as
-    with the local executor. If the actor dies, :class:`ExecutorActorDiedError`
-    is raised at once; no call waits on a dead actor.
+    raised again here as the local executor raises them: the same exception
+    type and message, and an error in the user's training function as Ray's
+    ``StartTracebackWithWorkerRank`` with the user's error as its cause, so
+    ``TrainingIterator``'s error handling (final run status, the user's error
+    in ``Result.error``) works as with the local executor. A training
+    worker's death is the worker's ``ActorDiedError``; only the executor
+    actor's own death is :class:`ExecutorActorDiedError`, raised at once (no
+    call waits on a dead actor).
     """
 
     _executor_cls: type[Any] = _PrefetchingBackendExecutor
@@ -252,18 +292,23 @@ class RemoteBackendExecutor:
             )
         try:
             return ray.get(self._actor.call.remote(method, args, kwargs))
+        except RayTaskError as e:
+            # The executor is alive and raised: re-raise what it raised, as a
+            # local executor would. Checked before RayActorError: a worker's
+            # death re-raised by the executor is a RayTaskError(ActorDiedError),
+            # which is a RayActorError too, but names the worker, not the executor.
+            cause = getattr(e, "cause", None)
+            if isinstance(cause, _TrainingWorkerError):
+                raise cause.as_start_traceback() from cause.error
+            if isinstance(cause, BaseException):
+                raise cause from None
+            raise
         except RayActorError as e:
             raise ExecutorActorDiedError(
                 f"The remote BackendExecutor actor died during {method}(): {e}. "
                 "The trial fails; with FailureConfig(max_failures>=1) Tune restarts "
                 "it from its latest checkpoint."
             ) from None
-        except RayTaskError as e:
-            # Re-raise what the real executor raised, as a local executor would.
-            cause = getattr(e, "cause", None)
-            if isinstance(cause, BaseException):
-                raise cause from None
-            raise
 
     # The BackendExecutor API, as TrainingIterator and DataParallelTrainer use it.
 

@@ -206,6 +206,43 @@ class RecordingTrainer(ray_tt_ext.DataParallelTrainer):
     _remote_backend_executor_cls = RecordingRemoteBackendExecutor
 
 
+def _record_final_status(kwargs: dict[str, Any]) -> None:
+    record(
+        "final_run_status",
+        {"errored": kwargs.get("errored"), "stack_trace": kwargs.get("stack_trace") or ""},
+    )
+
+
+class StatusRecordingExecutor(ray_tt_ext._compat.BackendExecutor):
+    """Ray's executor, recording ``report_final_run_status`` (coordinator)."""
+
+    def report_final_run_status(self, *args: Any, **kwargs: Any) -> None:
+        _record_final_status(kwargs)
+        super().report_final_run_status(*args, **kwargs)
+
+
+class StatusRecordingRemoteExecutor(ray_tt_ext.RemoteBackendExecutor):
+    def report_final_run_status(self, *args: Any, **kwargs: Any) -> None:
+        _record_final_status(kwargs)
+        super().report_final_run_status(*args, **kwargs)
+
+
+class StatusRecordingTrainer(ray_tt_ext.DataParallelTrainer):
+    """Records the final run status the coordinator reports, with either executor."""
+
+    _backend_executor_cls = StatusRecordingExecutor
+    _remote_backend_executor_cls = StatusRecordingRemoteExecutor
+
+
+def raising_loop(config: dict[str, Any]) -> None:
+    """The user's loop raises ``ValueError`` before its first report or after its last."""
+    if config["raise_at"] == "start":
+        raise ValueError("lr must be positive")
+    for step in range(2):
+        ray.train.report({"step": step})
+    raise ValueError("lr must be positive")
+
+
 def alive_actors(class_name: str) -> list:
     """Alive actors of a class, from the GCS (no dashboard needed).
 

@@ -15,8 +15,11 @@ import ray.tune
 import tune_api
 from helpers import (
     RecordingTrainer,
+    StatusRecordingTrainer,
     alive_actors,
     get_or_create_counter,
+    raising_loop,
+    record,
     recorded,
     report_loop,
 )
@@ -254,19 +257,48 @@ def test_worker_death_with_retries_restarts_from_checkpoint(
     _assert_nothing_leaked()
 
 
-def test_worker_death_without_retries_reaches_the_result_grid(
-    ray_start_4_cpus, storage_path, tmp_path
+@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+@pytest.mark.parametrize("raise_at", ["start", "end"])
+def test_users_error_reaches_the_result_with_its_type_and_message(
+    ray_start_4_cpus, storage_path, remote, raise_at
 ):
-    start = time.monotonic()
+    # The same assertions for both executors: Ray's own behaviour is the contract.
+    get_or_create_counter()
+    record("final_run_status", None)
     result = _run(
         storage_path,
-        "noretry",
+        f"user_error_{raise_at}_{remote}",
+        loop=raising_loop,
+        remote=remote,
+        trainer_cls=StatusRecordingTrainer,
+        raise_at=raise_at,
+    )
+    assert isinstance(result.error, ray.exceptions.RayTaskError), repr(result.error)
+    assert isinstance(result.error, ValueError), repr(result.error)
+    assert "lr must be positive" in str(result.error)
+    # The coordinator saw the user's error and reported the run as errored.
+    status = recorded("final_run_status")
+    assert status is not None and status["errored"] is True
+    assert "lr must be positive" in status["stack_trace"]
+    _assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+def test_worker_death_without_retries_names_the_worker(
+    ray_start_4_cpus, storage_path, tmp_path, remote
+):
+    result = _run(
+        storage_path,
+        f"noretry_{remote}",
+        remote=remote,
         num_reports=5,
         fail_at_step=1,
         fail_marker=str(tmp_path / "died"),
     )
-    assert result.error is not None
-    assert time.monotonic() - start < 90
+    assert isinstance(result.error, ray.exceptions.RayActorError), repr(result.error)
+    # A training worker died, not the executor actor (which is alive).
+    assert "BackendExecutor actor died" not in str(result.error)
+    assert "RayTrainWorker" in str(result.error)
     _assert_nothing_leaked()
 
 
