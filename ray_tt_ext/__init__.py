@@ -7,7 +7,8 @@ extends are Ray Train's V1 API.
 
 # _compat settles RAY_TRAIN_V2_ENABLED before anything imports ray.train.
 from ray_tt_ext import _compat  # noqa: F401  (isort: skip)
-from ray_tt_ext._executor import RemoteBackendExecutor
+from ray_tt_ext._compat import TrainV2EnabledError, UnsupportedRayVersionError
+from ray_tt_ext._executor import ExecutorActorDiedError, RemoteBackendExecutor
 from ray_tt_ext._payload import (
     GRPC_MAX_MESSAGE_BYTES,
     PayloadReport,
@@ -23,12 +24,15 @@ __all__ = [
     "BaseTrainer",
     "CheckpointConfig",
     "DataParallelTrainer",
+    "ExecutorActorDiedError",
     "GRPC_MAX_MESSAGE_BYTES",
     "PayloadReport",
     "PayloadTooLargeError",
     "RemoteBackendExecutor",
     "StorageContext",
+    "TrainV2EnabledError",
     "Tuner",
+    "UnsupportedRayVersionError",
     "__version__",
     "inspect_payload",
 ]

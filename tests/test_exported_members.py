@@ -13,12 +13,15 @@ EXPECTED = {
     "BaseTrainer",
     "CheckpointConfig",
     "DataParallelTrainer",
+    "ExecutorActorDiedError",
     "GRPC_MAX_MESSAGE_BYTES",
     "PayloadReport",
     "PayloadTooLargeError",
     "RemoteBackendExecutor",
     "StorageContext",
+    "TrainV2EnabledError",
     "Tuner",
+    "UnsupportedRayVersionError",
     "__version__",
     "inspect_payload",
 }
@@ -40,6 +43,16 @@ def test_public_classes_extend_rays():
     assert issubclass(ray_tt_ext.CheckpointConfig, tune_api.CheckpointConfig)
     assert issubclass(ray_tt_ext.PayloadTooLargeError, ray.tune.error.TuneError)
     assert "BackendExecutor" in ray_tt_ext.RemoteBackendExecutor.__name__
+
+
+def test_the_packages_errors_are_public_and_catchable():
+    from ray_tt_ext import _compat, _executor
+
+    # The classes the package raises are the ones users import.
+    assert ray_tt_ext.TrainV2EnabledError is _compat.TrainV2EnabledError
+    assert ray_tt_ext.UnsupportedRayVersionError is _compat.UnsupportedRayVersionError
+    assert ray_tt_ext.ExecutorActorDiedError is _executor.ExecutorActorDiedError
+    assert issubclass(ray_tt_ext.UnsupportedRayVersionError, ImportError)
 
 
 def test_grpc_limit_is_rays_configured_value():
