@@ -466,6 +466,46 @@ def resolve_payload_limit(limit: Optional[int] = None) -> int:
     return min(_compat.FUNCTION_SIZE_ERROR_THRESHOLD, GRPC_MAX_MESSAGE_BYTES)
 
 
+def find_unpicklable_part(obj: Any, error: BaseException) -> tuple[str, str, str]:
+    """Where pickling ``obj`` fails: ``(path, type name, error)`` of the deepest part.
+
+    Follows the first child that fails to pickle alone, the way cloudpickle
+    walks the graph, down to a part none of whose children fail.
+    """
+    path, node = _root_name(obj), obj
+    for _ in range(_MAX_DEPTH):
+        for label, child in _children(node):
+            try:
+                _pickled_size(child)
+            except Exception as e:
+                path, node, error = path + label, child, e
+                break
+        else:
+            break
+    return path, _type_name(node), f"{type(error).__name__}: {error}"
+
+
+def _not_serializable_error(what: str, obj: Any, error: BaseException) -> TypeError:
+    """Ray's diagnosis of a non-serializable trainable, with the path to the culprit."""
+    import io
+
+    from ray.util.check_serialize import inspect_serializability
+
+    path, type_name, reason = find_unpicklable_part(obj, error)
+    trace = io.StringIO()
+    try:
+        inspect_serializability(obj, print_file=trace)
+    except Exception as e:  # the trace is a help, not the error
+        trace.write(f"(inspect_serializability failed: {e})")
+    return TypeError(
+        f"{what} is not serializable, so Tune cannot send it to its trial actors: "
+        f"pickling it raised {reason}. The part at fault: {path} ({type_name}). "
+        "Fix: create that object inside the trainable (in the training function or "
+        "setup()) instead of capturing it. Ray's trace of the non-serializable "
+        f"objects found in it:\n{trace.getvalue()}"
+    )
+
+
 def check_registered_payload(
     trainable: Any, *, what: str, limit: Optional[int] = None
 ) -> PayloadReport:
@@ -477,10 +517,16 @@ def check_registered_payload(
 
     Raises:
         PayloadTooLargeError: the payload is over ``limit``.
+        TypeError: the trainable cannot be pickled (as Ray's
+            ``TunerInternal._validate_trainable`` raises it, with the path to the
+            part at fault).
     """
     resolved = resolve_payload_limit(limit)
     with registered_view():
-        report = inspect_payload(trainable)
+        try:
+            report = inspect_payload(trainable)
+        except Exception as e:
+            raise _not_serializable_error(what, trainable, e) from e
     if report.total_bytes > resolved:
         raise PayloadTooLargeError(
             f"{what} is {format_bytes(report.total_bytes)} when pickled, over the "

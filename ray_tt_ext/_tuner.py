@@ -123,11 +123,13 @@ class _TunerInternal(TunerInternal):
 
         Raises:
             PayloadTooLargeError: the trainable is over the payload limit.
-            ValueError: on restore, the trainable is not the original one.
+            TypeError: the trainable cannot be pickled (Ray's diagnosis, and
+                the path to the part at fault).
+            ValueError: on restore, the trainable is not the original one
+                (also when it is given by its registered name).
         """
-        if isinstance(trainable, str):
-            return
-        self._guard(trainable)
+        if not isinstance(trainable, str):  # a registered name has nothing to measure
+            self._guard(trainable)
         if required_trainable_name is None:
             return
         trainable_name = Experiment.get_trainable_name(trainable)

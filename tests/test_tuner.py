@@ -124,6 +124,41 @@ def test_restore_refuses_another_trainable(spy_key, storage_path):
         Tuner.restore(os.path.join(storage_path, "other"), trainable=function_trainable)
 
 
+@pytest.mark.parametrize("tuner_cls", [ray.tune.Tuner, Tuner], ids=["ray", "ray_tt_ext"])
+def test_restore_refuses_another_trainable_given_by_name(spy_key, storage_path, tuner_cls):
+    path = os.path.join(storage_path, "by_name")
+    Tuner(function_trainable, run_config=quiet_run_config(storage_path, "by_name")).fit()
+    with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
+        tuner_cls.restore(path, trainable="other_name")
+    # The original trainable's registered name is accepted.
+    assert tuner_cls.restore(path, trainable=function_trainable) is not None
+
+
+class _HoldsALock:
+    def __init__(self) -> None:
+        import threading
+
+        self.lock = threading.Lock()
+
+
+@pytest.mark.parametrize("tuner_cls", [ray.tune.Tuner, Tuner], ids=["ray", "ray_tt_ext"])
+def test_non_serializable_trainable_is_diagnosed_as_ray_does(
+    ray_start_4_cpus, storage_path, tuner_cls
+):
+    holder = _HoldsALock()
+
+    def train_fn(config):
+        return holder.lock
+
+    with pytest.raises(TypeError) as info:
+        tuner_cls(train_fn, run_config=quiet_run_config(storage_path, "lock"))
+    message = str(info.value)
+    assert "non-serializable" in message  # Ray's inspect_serializability trace
+    assert "lock" in message
+    if tuner_cls is Tuner:  # and ours names the path to the culprit
+        assert "train_fn.<closure>.holder.lock (_thread.lock)" in message
+
+
 def test_large_config_goes_to_object_store_once_per_tuner(
     spy_key, storage_path, monkeypatch
 ):
