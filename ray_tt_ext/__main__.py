@@ -43,6 +43,23 @@ def _load(target: str) -> Any:
     return obj
 
 
+def _registered_form(obj: Any) -> tuple[Any, Optional[str]]:
+    """What Tune registers for ``obj``: a V1 trainer's generated trainable class.
+
+    A Trainer instance is not what Tune sends to the GCS; its Tune trainable
+    is. Built without measuring (the CLI measures it with its own limit).
+    """
+    from ray_tt_ext._compat import BaseTrainer
+    from ray_tt_ext._payload import caller_guards
+
+    if isinstance(obj, BaseTrainer):
+        with caller_guards():
+            return obj._generate_trainable_cls(), (
+                f"the Tune trainable of {type(obj).__name__}"
+            )
+    return obj, None
+
+
 def _cmd_inspect(args: argparse.Namespace) -> int:
     from ray_tt_ext._payload import (
         PayloadTooLargeError,
@@ -59,7 +76,10 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     over = False
     try:
-        report = check_registered_payload(obj, what=f"`{args.target}`", limit=limit)
+        obj, name = _registered_form(obj)
+        report = check_registered_payload(
+            obj, what=f"`{args.target}`", limit=limit, name=name
+        )
     except PayloadTooLargeError as e:
         report, over = e.report, True
     except Exception as e:

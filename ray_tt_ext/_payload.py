@@ -52,6 +52,28 @@ def measuring_registered() -> bool:
     return _MEASURING_REGISTERED.get()
 
 
+# Set while a Tuner converts a trainer: the Tuner measures what it will
+# register itself, with its own limit, so ``as_trainable()`` does not.
+_GUARDED_BY_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ray_tt_ext_guarded_by_caller", default=False
+)
+
+
+def guarded_by_caller() -> bool:
+    """True inside :func:`caller_guards` (a Tuner's conversion)."""
+    return _GUARDED_BY_CALLER.get()
+
+
+@contextlib.contextmanager
+def caller_guards() -> Iterator[None]:
+    """The caller measures the trainable it gets (once, with its own limit)."""
+    token = _GUARDED_BY_CALLER.set(True)
+    try:
+        yield
+    finally:
+        _GUARDED_BY_CALLER.reset(token)
+
+
 @contextlib.contextmanager
 def registered_view() -> Iterator[None]:
     token = _MEASURING_REGISTERED.set(True)
@@ -507,7 +529,7 @@ def _not_serializable_error(what: str, obj: Any, error: BaseException) -> TypeEr
 
 
 def check_registered_payload(
-    trainable: Any, *, what: str, limit: Optional[int] = None
+    trainable: Any, *, what: str, limit: Optional[int] = None, name: Optional[str] = None
 ) -> PayloadReport:
     """Measure what Tune will register for ``trainable``; raise if it is too large.
 
@@ -524,7 +546,7 @@ def check_registered_payload(
     resolved = resolve_payload_limit(limit)
     with registered_view():
         try:
-            report = inspect_payload(trainable)
+            report = inspect_payload(trainable, name=name)
         except Exception as e:
             raise _not_serializable_error(what, trainable, e) from e
     if report.total_bytes > resolved:

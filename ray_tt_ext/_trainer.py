@@ -28,7 +28,11 @@ from ray_tt_ext._compat import (
     PlacementGroupFactory,
 )
 from ray_tt_ext._executor import RemoteBackendExecutor
-from ray_tt_ext._payload import check_registered_payload, measuring_registered
+from ray_tt_ext._payload import (
+    check_registered_payload,
+    guarded_by_caller,
+    measuring_registered,
+)
 from ray_tt_ext._storage import checkpoint_policy_installed
 
 logger = logging.getLogger("ray_tt_ext")
@@ -311,6 +315,9 @@ class BaseTrainer(_compat.BaseTrainer):
         under Ray Client, in the remote Tuner actor). Measures what Tune will
         register before anything is sent to the GCS.
 
+        Under a ``ray_tt_ext.Tuner`` the Tuner measures the result itself, once,
+        with its own ``payload_limit``; called directly, this method measures it.
+
         Raises:
             PayloadTooLargeError: the Trainable would be over the payload limit
                 (``RAY_TT_EXT_PAYLOAD_LIMIT``, else Ray's
@@ -318,9 +325,10 @@ class BaseTrainer(_compat.BaseTrainer):
         """
         _compat.ensure_train_v1(self.run_config, self.scaling_config)
         trainable = self._generate_trainable_cls()
-        check_registered_payload(
-            trainable, what=f"The Tune trainable of {type(self).__name__}"
-        )
+        if not guarded_by_caller():
+            check_registered_payload(
+                trainable, what=f"The Tune trainable of {type(self).__name__}"
+            )
         return trainable
 
 

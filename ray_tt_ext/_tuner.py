@@ -20,7 +20,11 @@ import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
-from ray_tt_ext._payload import check_registered_payload, resolve_payload_limit
+from ray_tt_ext._payload import (
+    caller_guards,
+    check_registered_payload,
+    resolve_payload_limit,
+)
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
 
 logger = logging.getLogger("ray_tt_ext")
@@ -97,11 +101,14 @@ class _TunerInternal(TunerInternal):
 
         Overrides Ray's ``TunerInternal._convert_trainable``; runs on the
         driver (or the Ray Client Tuner actor). Called only from the
-        ``trainable`` setter, so exactly once per assignment.
+        ``trainable`` setter, so exactly once per assignment. The result is
+        measured by :meth:`_guard`, with this Tuner's ``payload_limit``, not
+        by ``as_trainable()`` with the default one.
         """
         if isinstance(trainable, BaseTrainer):
             _compat.ensure_train_v1(trainable.run_config, trainable.scaling_config)
-            return trainable.as_trainable()
+            with caller_guards():
+                return trainable.as_trainable()
         return trainable
 
     def _guard(self, trainable: Any) -> None:

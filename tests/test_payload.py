@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import ray
 import ray.cloudpickle
+import ray.train
 import ray.tune
 import tune_api
 from hypothesis import HealthCheck, given, settings
@@ -282,6 +283,38 @@ def test_tuner_payload_limit_is_per_tuner(ray_start_4_cpus, storage_path):
     assert not tuner.fit().errors
 
 
+def noop_loop(config):
+    pass
+
+
+def test_tuner_payload_limit_governs_a_trainers_conversion(
+    ray_start_4_cpus, storage_path, monkeypatch, caplog
+):
+    class ShipsATable(ray_tt_ext.DataParallelTrainer):  # local: pickled by value
+        table = b"t" * 12_000_000  # 12 MB in what Tune registers
+
+    monkeypatch.setenv("RAY_TT_EXT_PAYLOAD_LIMIT", "5000000")
+    trainer = ShipsATable(noop_loop, scaling_config=ray.train.ScalingConfig(num_workers=1))
+    with pytest.raises(PayloadTooLargeError, match="table"):
+        trainer.as_trainable()  # the default limit (the variable) governs a direct call
+    with caplog.at_level(logging.WARNING, logger="ray_tt_ext"):
+        tuner = ray_tt_ext.Tuner(
+            trainer,
+            payload_limit=20_000_000,  # the Tuner raises the limit for its conversion
+            run_config=tune_api.RunConfig(storage_path=storage_path, name="raised"),
+        )
+    assert tuner._local_tuner.converted_trainable._trainer_cls is ShipsATable
+    # Measured once: Ray's >10 MB warning is logged once.
+    warnings = [r for r in caplog.records if "when pickled" in r.getMessage()]
+    assert len(warnings) == 1, [r.getMessage() for r in warnings]
+    with pytest.raises(PayloadTooLargeError, match="table"):
+        ray_tt_ext.Tuner(
+            trainer,
+            payload_limit=1_000_000,
+            run_config=tune_api.RunConfig(storage_path=storage_path, name="lowered"),
+        )
+
+
 # -- CLI ---------------------------------------------------------------------------
 
 CLI_MODULE = """
@@ -303,6 +336,16 @@ def small_fn(config):
 
 import threading
 raises_on_pickle = {"lock": threading.Lock()}
+
+import ray_tt_ext
+from ray.air.config import ScalingConfig
+
+# 16 MB attached: its constructor arguments travel through the object store.
+trainer = ray_tt_ext.DataParallelTrainer(
+    small_fn,
+    train_loop_config={"weights": np.ones(2_000_000)},
+    scaling_config=ScalingConfig(num_workers=1),
+)
 """
 
 
@@ -336,6 +379,15 @@ def test_cli_over_limit_exits_1_and_names_the_culprit(cli_module):
     assert "big_fn.<closure>.weights" in proc.stdout
     assert "MiB" in proc.stdout
     assert "OVER the limit" in proc.stdout
+
+
+def test_cli_on_a_trainer_measures_what_tune_registers(cli_module):
+    proc = run_cli(cli_module, "cli_target:trainer", "--limit", "1000000", "--json")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["over_limit"] is False
+    assert data["total_bytes"] < 100_000  # the registered class, not the instance
+    assert data["root"] == "the Tune trainable of DataParallelTrainer"
 
 
 def test_cli_json(cli_module):
