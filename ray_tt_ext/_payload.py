@@ -18,7 +18,7 @@ import json
 import logging
 import os
 import types
-from collections.abc import Iterator
+from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -110,7 +110,7 @@ class _ExcludingPickler(_compat.ray_cloudpickle.CloudPickler):
     objects pickled once by the first path that reaches them).
     """
 
-    def __init__(self, *args: Any, exclude: set, target: Any, **kwargs: Any):
+    def __init__(self, *args: Any, exclude: Container[int], target: Any, **kwargs: Any):
         super().__init__(*args, **kwargs)
         self._exclude = exclude
         self._target = target
@@ -121,7 +121,7 @@ class _ExcludingPickler(_compat.ray_cloudpickle.CloudPickler):
         return None
 
 
-def _pickled_size(obj: Any, exclude: Optional[set] = None) -> int:
+def _pickled_size(obj: Any, exclude: Optional[Container[int]] = None) -> int:
     """``len(ray.cloudpickle.dumps(obj))`` to within a few bytes per buffer.
 
     With ``exclude``, objects whose ``id`` is in it count as a few bytes.
@@ -396,7 +396,9 @@ def inspect_payload(
     total = _pickled_size(obj)
     threshold = min_bytes if min_bytes is not None else max(1024, total // 1000)
     contributors: list[Contributor] = []
-    seen: set = set()
+    # Keyed by id(), holding the object itself: parts made by ``__reduce__``
+    # are temporaries, and a freed object's id is reused by the next one.
+    seen: dict[int, Any] = {}
     budget = [_MAX_NODES]
 
     def visit(node: Any, path: str, size: int, depth: int) -> None:
@@ -406,7 +408,7 @@ def inspect_payload(
             for label, child in _children(node):
                 if id(child) in seen:
                     continue  # pickled once, by the first path that reaches it
-                seen.add(id(child))
+                seen[id(child)] = child
                 budget[0] -= 1
                 try:
                     # A standalone pickle has its own header and STOP opcode.
@@ -419,7 +421,7 @@ def inspect_payload(
         if own >= threshold:
             contributors.append(Contributor(path, _type_name(node), own))
 
-    seen.add(id(obj))
+    seen[id(obj)] = obj
     visit(obj, root, total, 0)
     contributors.sort(key=lambda c: c.nbytes, reverse=True)
     return PayloadReport(root=root, total_bytes=total, contributors=tuple(contributors))
