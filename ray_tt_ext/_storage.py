@@ -51,6 +51,9 @@ from ray_tt_ext._compat import CHECKPOINT_DIR_NAME
 #: Metric key under which the checkpoint's index is reported next to
 #: ``checkpoint_dir_name``.
 CHECKPOINT_INDEX_KEY = "checkpoint_index"
+#: Tune's iteration counter, filled in by Tune *after* a function trainable or
+#: a Train worker has saved the checkpoint reported with it.
+TRAINING_ITERATION = "training_iteration"
 
 SEQUENTIAL = "sequential"
 DEFAULT_DIR_NAME_TEMPLATE = "checkpoint_{index:06d}"
@@ -277,6 +280,9 @@ class StorageContext(_compat.StorageContext):
         self._current_checkpoint_dir_name: Optional[str] = None
         self._used_checkpoint_dir_names: set[str] = set()
         self._reconciled_trial_dir: Optional[str] = None
+        # Tune's training_iteration of the latest checkpoint this trial
+        # recorded (the one a restarted or restored trial resumes from).
+        self._checkpoint_training_iteration = 0
 
     def __copy__(self) -> StorageContext:
         # Tune copies the experiment's context into each Trial: give every copy
@@ -302,6 +308,24 @@ class StorageContext(_compat.StorageContext):
             self._reconciled_trial_dir = None
 
     # -- the policy (override these) ---------------------------------------
+
+    def _policy_metrics(self, metrics: dict[str, Any]) -> dict[str, Any]:
+        """The reported metrics, with the ``training_iteration`` Tune will give them.
+
+        A class trainable saves after Tune filled the metric in; a function
+        trainable and a Train worker save inside ``report()``, before. There it
+        is the iteration of the checkpoint the run resumed from plus the
+        reports this session made (Ray's ``_TrainSession.iteration``, counted
+        in the same process), exactly what Tune's ``Trainable.train`` assigns.
+        """
+        if TRAINING_ITERATION in metrics:
+            return metrics
+        session = _compat.get_session()
+        reports = getattr(session, "iteration", None)
+        if not isinstance(reports, int):
+            return metrics
+        iteration = getattr(self, "_checkpoint_training_iteration", 0) + reports
+        return {**metrics, TRAINING_ITERATION: iteration}
 
     def _next_checkpoint_index(self, metrics: dict[str, Any]) -> int:
         """The index of the checkpoint being saved with ``metrics``."""
@@ -329,12 +353,18 @@ class StorageContext(_compat.StorageContext):
         """
         adopted_name = metrics.get(CHECKPOINT_DIR_NAME)
         adopted_index = metrics.get(CHECKPOINT_INDEX_KEY)
+        iteration = metrics.get(TRAINING_ITERATION)
+        if isinstance(iteration, int):  # the driver's copy: the full result
+            self._checkpoint_training_iteration = iteration
         if isinstance(adopted_name, str) and isinstance(adopted_index, int):
             index, name = adopted_index, adopted_name
         else:
             self._reconcile_with_disk()
-            index = self._next_checkpoint_index(metrics)
-            name = validate_dir_name(self._render_checkpoint_dir_name(index, metrics))
+            policy_metrics = self._policy_metrics(metrics)
+            index = self._next_checkpoint_index(policy_metrics)
+            name = validate_dir_name(
+                self._render_checkpoint_dir_name(index, policy_metrics)
+            )
             if name in self._used_checkpoint_dir_names:
                 raise ValueError(
                     f"Checkpoint {index} renders the folder name {name!r}, which an "

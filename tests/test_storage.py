@@ -241,6 +241,84 @@ def test_seed_example_class_trainable_indexed_by_training_iteration(
         assert json.load(f)["iteration"] == 100  # the folder holds its own step
 
 
+def _by_iteration(storage_path, name, **kwargs):
+    return tune_api.RunConfig(
+        storage_path=storage_path,
+        name=name,
+        verbose=0,
+        checkpoint_config=CheckpointConfig(
+            checkpoint_index="training_iteration",
+            checkpoint_dir_name="checkpoint_{training_iteration:06d}",
+            **kwargs.pop("checkpoint", {}),
+        ),
+        **kwargs,
+    )
+
+
+@pytest.mark.parametrize("kind", ["class", "function", "data_parallel"])
+def test_training_iteration_index_for_every_trainable_kind(
+    ray_start_4_cpus, storage_path, kind
+):
+    from helpers import function_trainable
+
+    name = f"iter_{kind}"
+    if kind == "class":
+        tuner = Tuner(
+            ClassTrainable,
+            run_config=_by_iteration(
+                storage_path,
+                name,
+                stop={"training_iteration": 4},
+                checkpoint={"checkpoint_frequency": 1},
+            ),
+        )
+    elif kind == "function":
+        tuner = Tuner(
+            function_trainable,
+            param_space={"num_reports": 4},
+            run_config=_by_iteration(storage_path, name),
+        )
+    else:
+        tuner = Tuner(
+            ray_tt_ext.DataParallelTrainer(
+                report_loop,
+                train_loop_config={"num_reports": 4},
+                scaling_config=ray.train.ScalingConfig(num_workers=2),
+            ),
+            run_config=_by_iteration(storage_path, name),
+        )
+    result = tuner.fit()[0]
+    assert result.error is None
+    expected = [f"checkpoint_{i:06d}" for i in range(1, 5)]
+    _assert_in_sync(result, expected, reported=kind != "class")
+    for checkpoint, metrics in result.best_checkpoints:
+        # Each folder is named by the iteration Tune recorded for it.
+        assert checkpoint.path.endswith(f"checkpoint_{metrics['training_iteration']:06d}")
+
+
+def test_training_iteration_index_continues_after_a_failure(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    from helpers import function_trainable_failing_once
+
+    result = Tuner(
+        function_trainable_failing_once,
+        param_space={"num_reports": 5, "fail_at": 3, "marker": str(tmp_path / "failed")},
+        run_config=_by_iteration(
+            storage_path,
+            "iter_retry",
+            failure_config=tune_api.FailureConfig(max_failures=1),
+        ),
+    ).fit()[0]
+    assert result.error is None
+    assert os.path.exists(tmp_path / "failed")
+    expected = [f"checkpoint_{i:06d}" for i in range(1, 6)]
+    _assert_in_sync(result, expected)
+    for i, name in enumerate(expected):
+        with open(Path(result.path, name, "state.json")) as f:
+            assert json.load(f)["step"] == i  # iteration i + 1 ran step i
+
+
 class SeedStorageContext(StorageContext):
     """The seed's override, verbatim, on ray_tt_ext.StorageContext."""
 
