@@ -163,6 +163,11 @@ def should_pickle_by_reference(obj: Any) -> bool:
         return False
 
 
+def is_driver_process() -> bool:
+    """Whether this process is a driver (or has no Ray), not a Ray worker/actor."""
+    return getattr(_ray_worker.global_worker, "mode", None) != _ray_worker.WORKER_MODE
+
+
 def add_post_init_hook(hook) -> None:
     """Run ``hook()`` right after the next ``ray.init()`` in this process."""
     _ray_worker._post_init_hooks.append(hook)

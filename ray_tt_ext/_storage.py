@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import math
 import re
 import string
@@ -47,6 +48,8 @@ import pyarrow.fs
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import CHECKPOINT_DIR_NAME
+
+logger = logging.getLogger("ray_tt_ext")
 
 #: Metric key under which the checkpoint's index is reported next to
 #: ``checkpoint_dir_name``.
@@ -186,6 +189,29 @@ def next_index(policy: IndexPolicy, current: int, metrics: dict[str, Any]) -> in
     return value
 
 
+def name_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
+    """A regex matching the names ``policy`` renders; ``index`` is a named group.
+
+    ``None`` for callables, and for templates with neither literal text nor
+    an ``{index}`` (they would match any folder, a user's own artifacts included).
+    """
+    if callable(policy):
+        return None
+    parts, literal_text = [], ""
+    for literal, field_name, _, _ in string.Formatter().parse(policy):
+        parts.append(re.escape(literal))
+        literal_text += literal
+        if field_name is None:
+            continue
+        if field_name == "index" and "(?P<index>" not in "".join(parts):
+            parts.append(r"(?P<index>-?\d+)")
+        else:
+            parts.append(r".*?")
+    if not literal_text and "(?P<index>" not in "".join(parts):
+        return None
+    return re.compile("^" + "".join(parts) + "$")
+
+
 def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
     """A regex that reads the index back from names rendered by ``policy``.
 
@@ -193,16 +219,7 @@ def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
     """
     if callable(policy) or "index" not in template_fields(policy):
         return None
-    parts = []
-    for literal, field_name, _, _ in string.Formatter().parse(policy):
-        parts.append(re.escape(literal))
-        if field_name is None:
-            continue
-        if field_name == "index" and "(?P<index>" not in "".join(parts):
-            parts.append(r"(?P<index>-?\d+)")
-        else:
-            parts.append(r".*?")
-    return re.compile("^" + "".join(parts) + "$")
+    return name_pattern(policy)
 
 
 # ---------------------------------------------------------------------------
@@ -278,8 +295,13 @@ class StorageContext(_compat.StorageContext):
         self.checkpoint_index_policy = checkpoint_index
         self.checkpoint_dir_name_policy = checkpoint_dir_name
         self._current_checkpoint_dir_name: Optional[str] = None
+        # Names recorded for this trial (adopted from the process that saved
+        # them, or decided here): never rendered again.
         self._used_checkpoint_dir_names: set[str] = set()
+        # Folders found on disk that this trial never recorded (per copy).
+        self._unrecorded_dir_names: set[str] = set()
         self._reconciled_trial_dir: Optional[str] = None
+        self._listing_error: Optional[str] = None
         # Tune's training_iteration of the latest checkpoint this trial
         # recorded (the one a restarted or restored trial resumes from).
         self._checkpoint_training_iteration = 0
@@ -290,22 +312,32 @@ class StorageContext(_compat.StorageContext):
         new = self.__class__.__new__(self.__class__)
         new.__dict__.update(self.__dict__)
         new._used_checkpoint_dir_names = set(self._used_checkpoint_dir_names)
+        new._unrecorded_dir_names = set(self._unrecorded_dir_names)
         return new
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What another process gets: the trial's record, not this copy's disk view."""
+        state = self.__dict__.copy()
+        for name in ("_unrecorded_dir_names", "_reconciled_trial_dir", "_listing_error"):
+            state.pop(name, None)
+        return state
+
     def __setstate__(self, state: dict[str, Any]) -> None:
-        """Unpickled where checkpoints are saved: reconcile with the disk now.
+        """Unpickled in a trial actor or training worker: reconcile with the disk now.
 
         Tune ships the trial's context to the trial actor, and the coordinator
         ships it to each training worker, before any checkpoint of the run is
         written; reconciling here (not at the first save) means every worker
-        sees the same folders, never one that another worker just wrote.
+        sees the same folders, never one that another worker just wrote. On
+        the driver (which only adopts what those processes decided) nothing is
+        listed until a checkpoint is decided there.
         """
         self.__dict__.update(state)
+        self._unrecorded_dir_names = set()
         self._reconciled_trial_dir = None
-        try:
+        self._listing_error = None
+        if not _compat.is_driver_process():
             self._reconcile_with_disk()
-        except Exception:  # storage unreachable here: reconcile at first save
-            self._reconciled_trial_dir = None
 
     # -- the policy (override these) ---------------------------------------
 
@@ -360,6 +392,8 @@ class StorageContext(_compat.StorageContext):
             index, name = adopted_index, adopted_name
         else:
             self._reconcile_with_disk()
+            if self._listing_error is not None:
+                raise OSError(self._listing_error)
             policy_metrics = self._policy_metrics(metrics)
             index = self._next_checkpoint_index(policy_metrics)
             name = validate_dir_name(
@@ -372,6 +406,15 @@ class StorageContext(_compat.StorageContext):
                     "overwrite it. Fix: include a field that changes with every "
                     "checkpoint in checkpoint_dir_name, such as '{index}'."
                 )
+            if name in self._unrecorded_dir_names:
+                raise ValueError(
+                    f"Checkpoint {index} renders the folder name {name!r}, but a "
+                    f"folder of that name already exists in {self.trial_fs_path} "
+                    "and this trial never recorded it. Refusing to overwrite it. "
+                    "Fix: move that folder away, or include a field that changes "
+                    "with every checkpoint in checkpoint_dir_name, such as '{index}'."
+                )
+            _note_written(self.trial_fs_path, name)
             metrics[CHECKPOINT_DIR_NAME] = name
             metrics[CHECKPOINT_INDEX_KEY] = index
         self.current_checkpoint_index = index
@@ -405,43 +448,130 @@ class StorageContext(_compat.StorageContext):
 
     # -- restore ---------------------------------------------------------------
 
-    def _existing_checkpoint_dirs(self) -> set[str]:
-        try:
-            infos = self.storage_filesystem.get_file_info(
-                pyarrow.fs.FileSelector(self.trial_fs_path, allow_not_found=True)
-            )
-        except (FileNotFoundError, OSError):
-            return set()
-        return {
-            info.base_name for info in infos if info.type == pyarrow.fs.FileType.Directory
-        }
-
     def _reconcile_with_disk(self) -> None:
-        """Continue after the checkpoints already in the trial folder (once).
+        """Continue after the folders already in the trial folder (once per copy).
 
-        Runs in the process that saves checkpoints, the first time it saves in
-        a given trial folder (after a restore, a failure, or a moved
-        experiment folder). Every existing folder name is reserved, and an
-        index read back from a folder name (string templates with ``{index}``)
-        moves the current index past it.
+        Runs where checkpoints are saved, before the first one of this run
+        (after a restore, a failure, or a moved experiment folder). Folders
+        this trial recorded are known from the driver's record; any other
+        folder is progress the run lost (written, never recorded):
+
+        * with sequential indexing, it is reserved and an index read back from
+          its name (string templates with ``{index}``) moves the current index
+          past it, so the run skips it;
+        * with a metric or callable index, the rerun renders those names
+          again: a folder matching the template is moved aside intact (see
+          :meth:`_move_aside`); any other is reserved.
+
+        A storage error while listing is kept and raised at the first
+        checkpoint decision (an error naming the path; nothing is written).
         """
         if self.trial_dir_name is None or self._reconciled_trial_dir == self.trial_fs_path:
             return
         self._reconciled_trial_dir = self.trial_fs_path
-        existing = self._existing_checkpoint_dirs()
-        self._used_checkpoint_dir_names |= existing
-        pattern = (
-            index_pattern(self.checkpoint_dir_name_policy)
-            if isinstance(self.checkpoint_dir_name_policy, str)
-            else None
-        )
-        if pattern is None:
+        try:
+            existing = _list_dirs(self.storage_filesystem, self.trial_fs_path)
+        except Exception as e:
+            self._listing_error = (
+                f"Could not list the trial folder {self.trial_fs_path} to check for "
+                f"existing checkpoint folders ({type(e).__name__}: {e}); refusing to "
+                "save a checkpoint that could overwrite one. Nothing was written. Fix: "
+                "check that the storage is reachable and readable from every node."
+            )
+            return
+        unrecorded = existing - self._used_checkpoint_dir_names
+        sequential = self.checkpoint_index_policy == SEQUENTIAL
+        pattern = None
+        if isinstance(self.checkpoint_dir_name_policy, str):
+            pattern = (index_pattern if sequential else name_pattern)(
+                self.checkpoint_dir_name_policy
+            )
+        for name in sorted(unrecorded):
+            if not sequential and pattern is not None and pattern.match(name):
+                self._move_aside(name, existing)
+            else:
+                self._unrecorded_dir_names.add(name)
+        if not sequential or pattern is None:
             return
         indices = [
             int(m.group("index")) for m in map(pattern.match, existing) if m is not None
         ]
         if indices and max(indices) > self.current_checkpoint_index:
             self.current_checkpoint_index = max(indices)
+
+    def _move_aside(self, name: str, existing: set[str]) -> None:
+        """Move a folder of lost progress out of the run's way, intact.
+
+        The new name is ``<name>.unrecorded`` (``.unrecorded-2``, ... if taken),
+        next to it in the trial folder; a warning names both paths. Several
+        workers may do this at once before training starts: they pick the same
+        new name, and a folder already moved by another is left alone.
+        """
+        target, n = f"{name}.unrecorded", 1
+        while target in existing:
+            n += 1
+            target = f"{name}.unrecorded-{n}"
+        src = f"{self.trial_fs_path}/{name}"
+        dst = f"{self.trial_fs_path}/{target}"
+        fs = self.storage_filesystem
+        try:
+            _move_dir(fs, src, dst)
+        except FileNotFoundError:
+            if fs.get_file_info(dst).type == pyarrow.fs.FileType.NotFound:
+                raise
+            return  # another worker moved it
+        existing.add(target)
+        logger.warning(
+            "Checkpoint folder %s was written by an earlier attempt of this trial but "
+            "never recorded (lost progress); the run renders that name again. Moved "
+            "it, intact, to %s.",
+            src,
+            dst,
+        )
+
+
+# Folders listed (and written since) per trial folder, once per process: on
+# cloud storage each listing is a request.
+_LISTINGS: dict[str, set[str]] = {}
+_LISTINGS_LOCK = threading.Lock()
+
+
+def _list_dirs(fs: pyarrow.fs.FileSystem, path: str) -> set[str]:
+    """The folders directly in ``path`` (``set()`` if it does not exist)."""
+    with _LISTINGS_LOCK:
+        cached = _LISTINGS.get(path)
+        if cached is not None:
+            return set(cached)
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    names = {info.base_name for info in infos if info.type == pyarrow.fs.FileType.Directory}
+    with _LISTINGS_LOCK:
+        _LISTINGS.setdefault(path, set()).update(names)
+        return set(_LISTINGS[path])
+
+
+def _note_written(path: str, name: str) -> None:
+    """Keep this process's listing of ``path`` current after deciding ``name``."""
+    with _LISTINGS_LOCK:
+        if path in _LISTINGS:
+            _LISTINGS[path].add(name)
+
+
+def _move_dir(fs: pyarrow.fs.FileSystem, src: str, dst: str) -> None:
+    """Rename a folder; on stores without folder renames (S3), copy then delete."""
+    if fs.get_file_info(src).type == pyarrow.fs.FileType.NotFound:
+        raise FileNotFoundError(src)
+    try:
+        fs.move(src, dst)
+    except (NotImplementedError, OSError):
+        if fs.get_file_info(dst).type != pyarrow.fs.FileType.NotFound:
+            raise
+        pyarrow.fs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
+        fs.delete_dir(src)
+    with _LISTINGS_LOCK:
+        listing = _LISTINGS.get(src.rsplit("/", 1)[0])
+        if listing is not None:
+            listing.discard(src.rsplit("/", 1)[1])
+            listing.add(dst.rsplit("/", 1)[1])
 
 
 # ---------------------------------------------------------------------------

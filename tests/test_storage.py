@@ -10,12 +10,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import pyarrow.fs
 import pytest
 import ray
 import ray.train
 import ray.tune
 import tune_api
-from helpers import ClassTrainable, report_loop
+from helpers import ClassTrainable, CountingFileSystem, report_loop
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -175,6 +176,78 @@ def test_existing_folder_is_never_reused_by_a_custom_name(tmp_path):
         shipped._update_checkpoint_index({"loss": 0.5})
     shipped._update_checkpoint_index({"loss": 0.4})
     assert shipped.checkpoint_dir_name == "best-0.4"
+
+
+def test_lost_progress_in_the_way_of_a_metric_index_is_moved_aside(tmp_path, caplog):
+    import logging
+
+    storage = StorageContext(
+        storage_path=str(tmp_path),
+        experiment_dir_name="exp",
+        trial_dir_name="trial",
+        checkpoint_index="step",
+        current_checkpoint_index=2,  # the trial recorded steps 0..2
+    )
+    storage._used_checkpoint_dir_names |= {f"checkpoint_{i:06d}" for i in range(3)}
+    trial = tmp_path / "exp" / "trial"
+    for i in range(4):  # step 3 was persisted, never recorded
+        (trial / f"checkpoint_{i:06d}").mkdir(parents=True)
+        (trial / f"checkpoint_{i:06d}" / "f").write_text(str(i))
+    (trial / "checkpoint_000003.unrecorded").mkdir()  # an earlier one, kept too
+    shipped = pickle.loads(pickle.dumps(storage))
+    with caplog.at_level(logging.WARNING, logger="ray_tt_ext"):
+        shipped._update_checkpoint_index({"step": 3})
+    assert shipped.checkpoint_dir_name == "checkpoint_000003"
+    assert not (trial / "checkpoint_000003").exists()  # free for the rerun
+    moved = trial / "checkpoint_000003.unrecorded-2"
+    assert (moved / "f").read_text() == "3"  # intact
+    assert (trial / "checkpoint_000003.unrecorded").is_dir()
+    (message,) = [r.getMessage() for r in caplog.records]
+    assert str(trial / "checkpoint_000003") in message and str(moved) in message
+    # Recorded folders are never touched.
+    assert all(
+        (trial / f"checkpoint_{i:06d}" / "f").read_text() == str(i) for i in range(3)
+    )
+
+
+def test_sequential_index_skips_lost_progress_instead(tmp_path):
+    storage = StorageContext(
+        storage_path=str(tmp_path), experiment_dir_name="exp", trial_dir_name="trial"
+    )
+    (tmp_path / "exp" / "trial" / "checkpoint_000000").mkdir(parents=True)
+    shipped = pickle.loads(pickle.dumps(storage))
+    shipped._update_checkpoint_index({})
+    assert shipped.checkpoint_dir_name == "checkpoint_000001"
+    assert (tmp_path / "exp" / "trial" / "checkpoint_000000").is_dir()
+
+
+def test_each_trial_folder_is_listed_once_per_process(tmp_path):
+    handler = CountingFileSystem(pyarrow.fs.LocalFileSystem())
+    storage = StorageContext(
+        storage_path=str(tmp_path / "s"),
+        experiment_dir_name="exp",
+        trial_dir_name="listed_once",
+        storage_filesystem=pyarrow.fs.PyFileSystem(handler),
+    )
+    before = handler.counts["list"]
+    for _ in range(5):  # Tune and Train unpickle the context many times
+        copy = pickle.loads(pickle.dumps(storage))
+        copy._update_checkpoint_index({})
+    assert handler.counts["list"] - before == 1
+
+
+def test_a_listing_error_is_an_error_naming_the_path(tmp_path):
+    handler = CountingFileSystem(pyarrow.fs.LocalFileSystem(), fail_listing=True)
+    storage = StorageContext(
+        storage_path=str(tmp_path / "s"),
+        experiment_dir_name="exp",
+        trial_dir_name="unlistable",
+        storage_filesystem=pyarrow.fs.PyFileSystem(handler),
+    )
+    shipped = pickle.loads(pickle.dumps(storage))
+    with pytest.raises(OSError, match="Could not list the trial folder .*unlistable"):
+        shipped._update_checkpoint_index({})
+    assert handler.counts["list"] == 1
 
 
 def test_copies_for_trials_do_not_share_bookkeeping(tmp_path):
@@ -420,6 +493,35 @@ def test_workers_rendering_different_names_get_a_clear_error(
 
 
 # -- failures and restores ---------------------------------------------------------------
+
+
+def test_a_metric_indexed_trial_that_lost_progress_finishes(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    from helpers import function_trainable_losing_progress_once
+
+    result = Tuner(
+        function_trainable_losing_progress_once,
+        param_space={"num_reports": 4, "fail_at": 2, "marker": str(tmp_path / "lost")},
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name="lost",
+            verbose=0,
+            failure_config=tune_api.FailureConfig(max_failures=1),
+            checkpoint_config=CheckpointConfig(
+                checkpoint_index="step", checkpoint_dir_name="ckpt_{index:06d}"
+            ),
+        ),
+    ).fit()[0]
+    assert os.path.exists(tmp_path / "lost")
+    assert result.error is None
+    names = [f"ckpt_{i:06d}" for i in range(4)]
+    assert _checkpoint_dirs(result.path) == sorted([*names, "ckpt_000002.unrecorded"])
+    with open(Path(result.path, "ckpt_000002.unrecorded", "state.json")) as f:
+        assert json.load(f) == {"step": 2, "lost": True}
+    with open(Path(result.path, "ckpt_000002", "state.json")) as f:
+        assert json.load(f) == {"step": 2}
+    assert [os.path.basename(c.path) for c, _ in result.best_checkpoints] == names
 
 
 def _fn_tuner(storage_path, name, tmp_path, max_failures=0, **config):
