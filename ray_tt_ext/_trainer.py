@@ -294,8 +294,19 @@ class BaseTrainer(_compat.BaseTrainer):
         Extends Ray's ``BaseTrainer.fit`` (which builds a plain ``ray.tune.Tuner``);
         runs on the driver. A ``ray_tt_ext.CheckpointConfig`` in the trainer's
         ``run_config`` names checkpoints here too, not only under
-        ``ray_tt_ext.Tuner``.
+        ``ray_tt_ext.Tuner``. Under Ray Client, where Ray would run Tune in an
+        actor the policy cannot reach, the whole ``fit()`` runs in a zero-CPU
+        task on the client-server node instead (as Ray's client Tuner runs
+        there), with Train V1 in its environment.
         """
+        if ray.util.client.ray.is_connected():
+            return ray.get(
+                _fit_on_cluster.options(
+                    num_cpus=0,
+                    runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
+                    **_compat.force_on_current_node_options(),
+                ).remote(self)
+            )
         with checkpoint_policy_installed(self.run_config.checkpoint_config):
             return super().fit()
 
@@ -330,6 +341,12 @@ class BaseTrainer(_compat.BaseTrainer):
                 trainable, what=f"The Tune trainable of {type(self).__name__}"
             )
         return trainable
+
+
+@ray.remote
+def _fit_on_cluster(trainer: BaseTrainer) -> Any:
+    """``trainer.fit()`` on the Ray Client server's node (a task, not the client)."""
+    return trainer.fit()
 
 
 class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):

@@ -163,15 +163,32 @@ class _TunerInternal(TunerInternal):
             return super().fit()
 
 
+class _ClientTunerInternal(_TunerInternal):
+    """The Ray Client flavour of :class:`_TunerInternal`, built after creation.
+
+    Runs as a zero-CPU actor on the client-server node. Its constructor does
+    nothing; :meth:`build` runs ``_TunerInternal.__init__``, so that an error
+    raised there (``PayloadTooLargeError``, restore's ``ValueError``,
+    ``TrainV2EnabledError``) comes back to the client as itself (a task error
+    keeps its exception; an actor constructor's error arrives as
+    ``ActorDiedError``).
+    """
+
+    def __init__(self) -> None:  # noqa: D107 - see build()
+        pass
+
+    def build(self, kwargs: dict[str, Any]) -> None:
+        _TunerInternal.__init__(self, **kwargs)
+
+
 def _remote_tuner_internal_cls():
-    """The Ray Client flavour: a zero-CPU actor on the client-server node.
+    """The Ray Client Tuner actor class (client).
 
     Replaces Ray's ``_force_on_current_node(ray.remote(num_cpus=0)(TunerInternal))``
-    in ``Tuner.__init__``/``Tuner.restore`` (Ray 2.40 .. 2.60); runs on the
-    client. The actor's environment enables Train V1, which Tune then copies
-    into every trial actor.
+    in ``Tuner.__init__``/``Tuner.restore`` (Ray 2.40 .. 2.60). The actor's
+    environment enables Train V1, which Tune then copies into every trial actor.
     """
-    return ray.remote(_TunerInternal).options(
+    return ray.remote(_ClientTunerInternal).options(
         num_cpus=0,
         runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
         **_compat.force_on_current_node_options(),
@@ -179,14 +196,30 @@ def _remote_tuner_internal_cls():
 
 
 def _start_remote_tuner_internal(kwargs: dict[str, Any]) -> Any:
-    """Create the Ray Client Tuner actor and wait until it is built (client).
+    """Create the Ray Client Tuner actor and build it; raise its errors here (client).
 
-    Unlike Ray, which returns before the actor's constructor ran, this waits,
-    so construction errors (a payload over the limit, Train V2, a bad restore
-    path) are raised by ``Tuner(...)``/``Tuner.restore(...)`` themselves.
+    A function or class trainable is measured here first, on the client,
+    before anything is sent; a trainer's Tune trainable is measured where it
+    is converted, in the actor. Either way, ``PayloadTooLargeError`` and
+    restore's ``ValueError`` reach the caller of ``Tuner(...)`` or
+    ``Tuner.restore(...)`` as themselves, not as Ray's ``ActorDiedError``.
     """
-    actor = _remote_tuner_internal_cls().remote(**kwargs)
-    ray.get(actor.get_run_config.remote())
+    trainable = kwargs.get("trainable")
+    if trainable is not None and not isinstance(trainable, (str, BaseTrainer)):
+        check_registered_payload(
+            trainable,
+            what=f"The trainable `{Experiment.get_trainable_name(trainable)}`",
+            limit=kwargs.get("payload_limit"),
+        )
+    actor = _remote_tuner_internal_cls().remote()
+    try:
+        ray.get(actor.build.remote(kwargs))
+    except ray.exceptions.RayTaskError as e:
+        ray.kill(actor)
+        cause = getattr(e, "cause", None)
+        if isinstance(cause, BaseException):
+            raise cause from None
+        raise
     return actor
 
 

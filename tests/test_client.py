@@ -91,6 +91,69 @@ def test_remote_executor_under_ray_client(ray_client, storage_path):
     assert result.metrics_dataframe["v1"].iloc[0] == "0"
 
 
+def test_construction_errors_reach_the_client_as_themselves(ray_client, storage_path):
+    import numpy as np
+
+    weights = np.ones(2_000_000)  # 16 MB, captured by a closure
+
+    def train_fn(config):
+        tune_api.report({"s": float(weights.sum())})
+
+    # The guard runs on the client, before anything is sent.
+    with pytest.raises(ray_tt_ext.PayloadTooLargeError, match="weights") as info:
+        Tuner(
+            train_fn,
+            payload_limit=1_000_000,
+            run_config=tune_api.RunConfig(storage_path=storage_path, name="big"),
+        )
+    assert info.value.report.contributors[0].path.endswith("<closure>.weights")
+
+    # A trainer is converted in the Tuner actor; its error comes back as itself.
+    from test_regression_grpc import RegressedTrainer, noop_loop
+
+    trainer = RegressedTrainer(
+        noop_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
+    )
+    trainer.embedding_table = np.ones(2_000_000)
+    with pytest.raises(ray_tt_ext.PayloadTooLargeError, match="embedding_table"):
+        Tuner(
+            trainer,
+            payload_limit=1_000_000,
+            run_config=tune_api.RunConfig(storage_path=storage_path, name="regressed"),
+        )
+
+    from helpers import function_trainable
+
+    Tuner(
+        function_trainable,
+        param_space={"num_reports": 1},
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="fn"),
+    ).fit()
+    with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
+        Tuner.restore(os.path.join(storage_path, "fn"), trainable="other_name")
+
+
+def test_trainer_fit_applies_the_checkpoint_policy_under_ray_client(
+    ray_client, storage_path
+):
+    result = ray_tt_ext.DataParallelTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 3},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name="client_fit",
+            checkpoint_config=ray_tt_ext.CheckpointConfig(
+                checkpoint_dir_name="step-{step:03d}"
+            ),
+        ),
+    ).fit()
+    assert result.error is None
+    assert os.path.basename(result.checkpoint.path) == "step-002"
+    names = sorted(n for n in os.listdir(result.path) if n.startswith("step-"))
+    assert names == ["step-000", "step-001", "step-002"]
+
+
 def test_v1_reaches_a_separately_started_cluster_from_a_plain_driver(
     ray_head_node, tmp_path
 ):
