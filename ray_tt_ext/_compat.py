@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 import warnings
 from typing import Any
 
@@ -161,6 +162,62 @@ def should_pickle_by_reference(obj: Any) -> bool:
         return bool(_should_pickle_by_reference(obj))
     except Exception:
         return False
+
+
+# -- Object-store lifetime of refs pickled out of band (driver) ------------------------
+
+# ref.binary() -> (job id, pins Ray added in this process when it was pickled
+# outside a Ray task), for the refs whose holders track them.
+_OUT_OF_BAND_PINS: dict[bytes, list[Any]] = {}
+_PINS_LOCK = threading.Lock()
+
+
+def count_out_of_band_pins(ref: Any) -> None:
+    """Start counting the pins Ray adds for ``ref`` in this process (driver).
+
+    Ray's ``SerializationContext.add_contained_object_ref`` (Ray 2.40 ..
+    2.60) adds a local reference that is never removed each time an
+    ``ObjectRef`` is pickled outside a Ray task (``cloudpickle.dumps`` of a
+    class Tune registers, an actor class it exports), pinning the object for
+    the life of the process. :func:`note_ref_pickled` counts them and
+    :func:`release_out_of_band_pins` removes them. No-op under Ray Client (the
+    client process has no core worker of its own).
+    """
+    if ray.util.client.ray.is_connected():
+        return
+    with _PINS_LOCK:
+        _OUT_OF_BAND_PINS[ref.binary()] = [_ray_worker.global_worker.current_job_id, 0]
+
+
+def note_ref_pickled(ref: Any) -> None:
+    """Count the pin Ray adds if ``ref`` is being pickled out of band now (tracked refs)."""
+    with _PINS_LOCK:
+        entry = _OUT_OF_BAND_PINS.get(ref.binary())
+        if entry is None:
+            return
+        try:
+            context = _ray_worker.global_worker.get_serialization_context()
+            in_band = context.is_in_band_serialization()
+        except Exception:
+            return
+        if not in_band:
+            entry[1] += 1
+
+
+def release_out_of_band_pins(ref: Any) -> None:
+    """Remove the pins counted for ``ref`` (``CoreWorker.remove_object_ref_reference``).
+
+    Runs on the driver, when nothing of this process will use ``ref`` again;
+    Ray's reference counting then frees the object once the last
+    ``ObjectRef`` to it is gone.
+    """
+    with _PINS_LOCK:
+        job_id, pins = _OUT_OF_BAND_PINS.pop(ref.binary(), (None, 0))
+    worker = _ray_worker.global_worker
+    if not pins or not ray.is_initialized() or worker.current_job_id != job_id:
+        return  # Ray was shut down (and the pins with it) since
+    for _ in range(pins):
+        worker.core_worker.remove_object_ref_reference(ref)
 
 
 def is_driver_process() -> bool:

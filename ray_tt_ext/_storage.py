@@ -594,7 +594,9 @@ def _dispatching_storage_context(*args: Any, **kwargs: Any) -> Any:
     """
     factory = _ACTIVE.get()
     if factory is None:
-        return _original_storage_cls(*args, **kwargs)
+        # Ray's class (kept after the last fit ends: a plain Tune fit in another
+        # thread may have read the dispatcher just before it was uninstalled).
+        return (_original_storage_cls or _compat.StorageContext)(*args, **kwargs)
     return factory(*args, **kwargs)
 
 
@@ -650,4 +652,3 @@ def checkpoint_policy_installed(
             _install_depth -= 1
             if _install_depth == 0:
                 _compat.set_experiment_storage_context_cls(_original_storage_cls)
-                _original_storage_cls = None

@@ -13,9 +13,11 @@ function that takes the trainer class and its arguments explicitly.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import logging
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union
 
 import ray
@@ -43,59 +45,95 @@ logger = logging.getLogger("ray_tt_ext")
 # ---------------------------------------------------------------------------
 
 
-def _params_from_ref(ref: ray.ObjectRef) -> _ObjectStoreParams:
-    params = _ObjectStoreParams.__new__(_ObjectStoreParams)
-    params._pending, params._ref, params._missing = None, ref, False
-    return params
-
-
-def _params_from_pending(pending: dict[str, Any]) -> _ObjectStoreParams:
-    return _ObjectStoreParams(pending)
-
-
-def _params_missing() -> _ObjectStoreParams:
-    params = _ObjectStoreParams.__new__(_ObjectStoreParams)
-    params._pending, params._ref, params._missing = None, None, True
-    return params
-
-
 class _ObjectStoreParams:
     """A trainer's constructor arguments, put into the object store once.
 
-    Created on the driver by ``as_trainable()``. With Ray running, the
-    arguments go into the object store right away (one ``ray.put``); before
-    ``ray.init()`` they are held here and put by a post-init hook, so that
-    nothing large is ever pickled into what Tune registers. Pickling this
-    object yields the ``ObjectRef`` only; ``get()`` in the coordinator actor
-    fetches the arguments. The reference lives as long as this holder (the
-    converted trainable, i.e. the Tuner), not for the life of the process as
-    with ``tune.with_parameters``.
+    Made on the driver by ``as_trainable()`` (:meth:`for_trainer`). It is in
+    one of three states, each with its own factory:
+
+    * *pending* (before ``ray.init()``): the arguments are held here and put by
+      one post-init hook for all pending holders;
+    * *in the store*: it holds the ``ObjectRef``; pickled, it is that ref only,
+      so what Tune registers never carries the data (:meth:`from_ref`);
+    * *missing*: pickled while pending to measure what Tune will register
+      (:meth:`missing`); ``get()`` explains what went wrong.
+
+    Lifetime: the object lives as long as its *owner*: the ``ray_tt_ext.Tuner``
+    that converted the trainer (``Tuner.restore`` converts anew), or the
+    trainer during its own ``fit()``, or else the holder itself. Tune pickles
+    the trainable outside any Ray task (its registry, the trial actor class),
+    and Ray pins every ref pickled that way for the life of the process (Ray
+    also keeps the last 1,024 actor classes, hence this trainable, in a
+    cache); the holder counts those pins, and once the owner is
+    garbage-collected they are released through Ray's reference counting, so
+    the object store gets the memory back. Copies unpickled elsewhere (trial
+    actors) are plain references and never release anything.
     """
 
-    def __init__(self, params: dict[str, Any]):
-        self._pending: Optional[dict[str, Any]] = params
-        self._ref: Optional[ray.ObjectRef] = None
-        self._missing = False
+    def __init__(
+        self,
+        *,
+        pending: Optional[dict[str, Any]] = None,
+        ref: Optional[ray.ObjectRef] = None,
+        missing: bool = False,
+    ):
+        self._pending = pending
+        self._ref = ref
+        self._missing = missing
+        self._owner: Optional[weakref.ref] = None
+        self._released = False
+
+    @classmethod
+    def for_trainer(cls, params: dict[str, Any]) -> _ObjectStoreParams:
+        """The holder of a trainer's arguments, put now or right after ``ray.init()``.
+
+        Its owner is the one set by :func:`params_owned_by` around the
+        conversion, else the holder itself.
+        """
+        holder = cls(pending=params)
+        owner = _CONVERSION_OWNER.get()
+        holder._owner = weakref.ref(owner if owner is not None else holder)
         if ray.is_initialized():
-            self.flush()
+            holder.flush()
         else:
-            self_ref = weakref.ref(self)
+            _flush_after_init(holder)
+        return holder
 
-            def _flush_after_init() -> None:
-                holder = self_ref()
-                if holder is not None:
-                    holder.flush()
+    @classmethod
+    def from_ref(cls, ref: ray.ObjectRef) -> _ObjectStoreParams:
+        """What a pickled holder becomes: the reference, not the data.
 
-            _compat.add_post_init_hook(_flush_after_init)
+        In the process that holds the original (the driver), the original
+        itself: cloudpickle sets the attributes of a class it unpickles on the
+        live class object of the same id, so a copy would replace the
+        original there and end its lifetime early.
+        """
+        original = _HOLDERS_BY_REF.get(ref.binary())
+        return original if original is not None else cls(ref=ref)
+
+    @classmethod
+    def missing(cls) -> _ObjectStoreParams:
+        """A holder pickled while pending (only while measuring)."""
+        return cls(missing=True)
 
     def flush(self) -> None:
         """Put pending arguments into the object store (driver)."""
         if self._ref is None and self._pending is not None:
             self._ref = ray.put(self._pending)
             self._pending = None
+            _HOLDERS_BY_REF[self._ref.binary()] = self
+            _compat.count_out_of_band_pins(self._ref)
+            owner = self._owner() if self._owner is not None else None
+            weakref.finalize(owner or self, _release, self._ref).atexit = False
 
     def get(self) -> dict[str, Any]:
         """The constructor arguments (coordinator actor, or driver)."""
+        if self._released:
+            raise RuntimeError(
+                "The trainer's constructor arguments were released from the object "
+                "store when the Tuner (or trainer) that converted it was garbage-"
+                "collected. Fix: keep that Tuner, or convert the trainer again."
+            )
         if self._missing:
             raise RuntimeError(
                 "The trainer's constructor arguments were not in the object store "
@@ -113,11 +151,76 @@ class _ObjectStoreParams:
         if self._ref is None and not self._missing and ray.is_initialized():
             self.flush()
         if self._ref is not None:
+            _compat.note_ref_pickled(self._ref)
             return (_params_from_ref, (self._ref,))
         if self._missing or measuring_registered():
             # What Tune registers once Ray runs: a reference, not the data.
             return (_params_missing, ())
-        return (_params_from_pending, (self._pending,))
+        return (_params_pending, (self._pending,))
+
+
+def _release(ref: ray.ObjectRef) -> None:
+    """The owner is gone: drop the holder's ref and Ray's pins on it (driver).
+
+    The holder itself may live on (Ray caches actor classes); it no longer
+    refers to the object, so Ray's reference counting frees it.
+    """
+    holder = _HOLDERS_BY_REF.pop(ref.binary(), None)
+    if holder is not None:
+        holder._ref, holder._released = None, True
+    _compat.release_out_of_band_pins(ref)
+
+
+# Module-level functions, so a pickled holder names them by reference.
+def _params_from_ref(ref: ray.ObjectRef) -> _ObjectStoreParams:
+    return _ObjectStoreParams.from_ref(ref)
+
+
+def _params_missing() -> _ObjectStoreParams:
+    return _ObjectStoreParams.missing()
+
+
+def _params_pending(pending: dict[str, Any]) -> _ObjectStoreParams:
+    return _ObjectStoreParams(pending=pending)
+
+
+_CONVERSION_OWNER: contextvars.ContextVar[Any] = contextvars.ContextVar(
+    "ray_tt_ext_conversion_owner", default=None
+)
+
+
+@contextlib.contextmanager
+def params_owned_by(owner: Any) -> Iterator[None]:
+    """Trainers converted in this context keep their arguments while ``owner`` lives."""
+    token = _CONVERSION_OWNER.set(owner)
+    try:
+        yield
+    finally:
+        _CONVERSION_OWNER.reset(token)
+
+
+# The holders that put their arguments in this process, by ref.
+_HOLDERS_BY_REF: weakref.WeakValueDictionary[bytes, _ObjectStoreParams] = (
+    weakref.WeakValueDictionary()
+)
+# Holders waiting for ray.init(), flushed by one post-init hook per process.
+_PENDING_HOLDERS: weakref.WeakSet[_ObjectStoreParams] = weakref.WeakSet()
+_flush_hook_installed = False
+
+
+def _flush_pending_holders() -> None:
+    """Put every pending holder's arguments; runs right after ``ray.init()`` (driver)."""
+    for holder in list(_PENDING_HOLDERS):
+        holder.flush()
+    _PENDING_HOLDERS.clear()
+
+
+def _flush_after_init(holder: _ObjectStoreParams) -> None:
+    global _flush_hook_installed
+    _PENDING_HOLDERS.add(holder)
+    if not _flush_hook_installed:
+        _compat.add_post_init_hook(_flush_pending_holders)
+        _flush_hook_installed = True
 
 
 # ---------------------------------------------------------------------------
@@ -253,7 +356,7 @@ def _make_trainable_cls(trainer: _compat.BaseTrainer) -> type[_TrainCoordinator]
     attrs = {
         "_name": trainer_cls.__name__,
         "_trainer_cls": trainer_cls,
-        "_params": _ObjectStoreParams(dict(trainer._param_dict)),
+        "_params": _ObjectStoreParams.for_trainer(dict(trainer._param_dict)),
         "_base_scaling_config": trainer.scaling_config,
         "_has_base_dataset": bool(trainer.datasets),
         "_dataset_context": dataset_context,
@@ -299,16 +402,20 @@ class BaseTrainer(_compat.BaseTrainer):
         task on the client-server node instead (as Ray's client Tuner runs
         there), with Train V1 in its environment.
         """
-        if ray.util.client.ray.is_connected():
-            return ray.get(
-                _fit_on_cluster.options(
-                    num_cpus=0,
-                    runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
-                    **_compat.force_on_current_node_options(),
-                ).remote(self)
-            )
-        with checkpoint_policy_installed(self.run_config.checkpoint_config):
-            return super().fit()
+        if not ray.util.client.ray.is_connected():
+            # The arguments Ray's fit() converts stay while this trainer lives.
+            with (
+                params_owned_by(self),
+                checkpoint_policy_installed(self.run_config.checkpoint_config),
+            ):
+                return super().fit()
+        return ray.get(
+            _fit_on_cluster.options(
+                num_cpus=0,
+                runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
+                **_compat.force_on_current_node_options(),
+            ).remote(self)
+        )
 
     def _generate_trainable_cls(self) -> type[_TrainCoordinator]:
         """Build the per-trainer Trainable class without capturing ``self``.

@@ -26,6 +26,7 @@ from ray_tt_ext._payload import (
     resolve_payload_limit,
 )
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
+from ray_tt_ext._trainer import params_owned_by
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -107,7 +108,7 @@ class _TunerInternal(TunerInternal):
         """
         if isinstance(trainable, BaseTrainer):
             _compat.ensure_train_v1(trainable.run_config, trainable.scaling_config)
-            with caller_guards():
+            with caller_guards(), params_owned_by(self):
                 return trainable.as_trainable()
         return trainable
 

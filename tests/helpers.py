@@ -6,6 +6,7 @@ import collections
 import json
 import os
 import tempfile
+import time
 from typing import Any, Optional
 
 import pyarrow.fs
@@ -126,6 +127,7 @@ def function_trainable(config: dict[str, Any]) -> None:
     """A Tune function trainable with a checkpoint per step."""
     start = resume_step(tune_api.get_checkpoint())
     for step in range(start, config.get("num_reports", 3)):
+        time.sleep(config.get("sleep_s", 0))
         with tempfile.TemporaryDirectory() as d:
             with open(os.path.join(d, "state.json"), "w") as f:
                 json.dump({"step": step}, f)
@@ -370,6 +372,27 @@ def raising_loop(config: dict[str, Any]) -> None:
     for step in range(2):
         ray.train.report({"step": step})
     raise ValueError("lr must be positive")
+
+
+def object_store_used_mib(settle_s: float = 10.0, below: Optional[float] = None) -> float:
+    """Plasma memory in use on this Ray (MiB), from Ray's memory summary.
+
+    Freeing is asynchronous: with ``below``, polls up to ``settle_s`` seconds
+    for the usage to drop below it, and returns the last reading.
+    """
+    import re
+    import time
+
+    from ray._private.internal_api import memory_summary
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        summary = memory_summary(stats_only=True)
+        match = re.search(r"Plasma memory usage (\d+) MiB", summary)
+        used = float(match.group(1)) if match else 0.0
+        if below is None or used < below or time.monotonic() > deadline:
+            return used
+        time.sleep(0.25)
 
 
 def alive_actors(class_name: str) -> list:

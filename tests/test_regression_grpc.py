@@ -132,6 +132,16 @@ def test_as_trainable_before_ray_init_is_no_false_positive(shutdown_only):
     assert trainable._params.get()["train_loop_config"]["weights"].nbytes == 150_000_000
 
 
+def test_post_init_hooks_do_not_pile_up(shutdown_only):
+    from ray._private import worker
+
+    before = len(worker._post_init_hooks)
+    trainables = [_trainer("train_loop_config", 1000).as_trainable() for _ in range(5)]
+    assert len(worker._post_init_hooks) - before <= 1  # one hook for all holders
+    ray.init(address="local", num_cpus=2, include_dashboard=False)
+    assert all(t._params._ref is not None for t in trainables)
+
+
 class RegressedTrainer(ray_tt_ext.DataParallelTrainer):
     """Re-introduces #43146: its generated trainable captures ``self``."""
 

@@ -8,6 +8,7 @@ import os
 import pickle
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import pyarrow.fs
@@ -684,25 +685,78 @@ def test_two_checkpoints_with_one_name_never_overwrite(ray_start_4_cpus, storage
         assert json.load(f)["step"] == 0  # the first checkpoint, untouched
 
 
-def test_policies_of_two_tuners_do_not_interfere_and_ray_is_restored(
+def test_policies_of_two_tuners_in_threads_do_not_interfere_and_ray_is_restored(
     ray_start_4_cpus, storage_path
 ):
+    import threading
+
     from helpers import function_trainable
 
     before = Experiment.__dict__["_storage_context_cls"]
-    results = {}
-    for name, template in [("a", "alpha-{index}"), ("b", "beta-{index}")]:
-        results[name] = _run_fn(storage_path, name, template, num_reports=1)
-    assert _checkpoint_dirs(results["a"].path) == ["alpha-0"]
-    assert _checkpoint_dirs(results["b"].path) == ["beta-0"]
-    # A plain Ray Tuner afterwards gets Ray's own names.
-    plain = ray.tune.Tuner(
-        function_trainable,
-        param_space={"num_reports": 1},
-        run_config=tune_api.RunConfig(storage_path=storage_path, name="plain", verbose=0),
-    ).fit()[0]
-    assert _checkpoint_dirs(plain.path) == ["checkpoint_000000"]
+    results, errors = {}, []
+    start = threading.Barrier(3)
+
+    def run(name, template, delay):
+        try:
+            start.wait(timeout=60)
+            # Tune's own trainable registry is not thread-safe (two threads
+            # registering at the same instant fail in Ray's flush_values, with
+            # ray.tune.Tuner alone too): the fits start a moment apart.
+            time.sleep(delay)
+            if template is None:  # a plain Ray Tuner beside them
+                results[name] = ray.tune.Tuner(
+                    function_trainable,
+                    param_space={"num_reports": 4, "sleep_s": 1.5},
+                    run_config=tune_api.RunConfig(
+                        storage_path=storage_path, name=name, verbose=0
+                    ),
+                ).fit()[0]
+            else:
+                results[name] = _run_fn(
+                    storage_path, name, template, num_reports=4, sleep_s=1.5
+                )
+        except BaseException as e:  # reported below, with the thread's name
+            errors.append((name, e))
+
+    threads = [
+        threading.Thread(target=run, args=args)
+        for args in [
+            ("a", "alpha-{index}", 0),
+            ("b", "beta-{index}", 1),
+            ("plain", None, 2),
+        ]
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=240)
+    assert not errors, errors
+    assert all(r.error is None for r in results.values()), results
+    # The three fits overlapped in time.
+    spans = [
+        (r.metrics_dataframe["timestamp"].min(), r.metrics_dataframe["timestamp"].max())
+        for r in results.values()
+    ]
+    assert max(s for s, _ in spans) <= min(e for _, e in spans)
+    assert _checkpoint_dirs(results["a"].path) == [f"alpha-{i}" for i in range(4)]
+    assert _checkpoint_dirs(results["b"].path) == [f"beta-{i}" for i in range(4)]
+    assert _checkpoint_dirs(results["plain"].path) == [
+        f"checkpoint_{i:06d}" for i in range(4)
+    ]
     assert Experiment.__dict__["_storage_context_cls"] is before
+
+
+def test_a_plain_fit_that_read_the_dispatcher_just_before_uninstall_gets_rays_class(
+    tmp_path,
+):
+    from ray_tt_ext._storage import checkpoint_policy_installed
+
+    with checkpoint_policy_installed(CheckpointConfig(checkpoint_dir_name="x{index}")):
+        # Another thread's plain Tune fit reads the class while ours is installed...
+        read_by_plain_fit = Experiment._storage_context_cls
+    # ... and builds its context after our fit ended.
+    storage = read_by_plain_fit(storage_path=str(tmp_path), experiment_dir_name="exp")
+    assert type(storage) is RayStorageContext
 
 
 def test_ray_global_is_restored_when_fit_raises(ray_start_4_cpus, storage_path):

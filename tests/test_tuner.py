@@ -193,6 +193,54 @@ def test_large_config_goes_to_object_store_once_per_tuner(
     assert conversions(spy_key) == 1
 
 
+@pytest.mark.large
+def test_object_store_returns_to_where_it_was_after_each_tuner(spy_key, storage_path):
+    import gc
+
+    from helpers import object_store_used_mib
+
+    gc.collect()
+    start = object_store_used_mib()
+    for i in range(3):
+        tuner = Tuner(
+            _trainer(spy_key=spy_key, weights=np.ones(150 * 1024 * 1024 // 8)),
+            run_config=quiet_run_config(storage_path, f"lifetime{i}"),
+        )
+        assert not tuner.fit().errors
+        assert object_store_used_mib(settle_s=0) >= start + 150  # held while it lives
+        if i == 0:
+            assert not tuner.fit().errors  # a second fit on a live Tuner
+        del tuner
+        gc.collect()
+        assert object_store_used_mib(below=start + 64) < start + 64, f"after Tuner {i}"
+    # A restore converts anew and runs.
+    restored = Tuner.restore(
+        os.path.join(storage_path, "lifetime2"),
+        trainable=_trainer(spy_key=spy_key, weights=np.ones(10)),
+        resume_errored=True,
+    )
+    assert not restored.fit().errors
+
+
+def test_trainer_fit_frees_its_arguments_with_the_trainer(ray_start_4_cpus, storage_path):
+    import gc
+
+    from helpers import object_store_used_mib
+
+    gc.collect()
+    start = object_store_used_mib()
+    trainer = ray_tt_ext.DataParallelTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 1, "weights": np.ones(100 * 1024 * 1024 // 8)},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=quiet_run_config(storage_path, "trainer_fit"),
+    )
+    assert trainer.fit().error is None
+    del trainer
+    gc.collect()
+    assert object_store_used_mib(below=start + 64) < start + 64
+
+
 def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_path):
     for trainable, name in [(function_trainable, "fn"), (ClassTrainable, "cls")]:
         tuner = Tuner(
