@@ -112,6 +112,8 @@ def report_loop(config: dict[str, Any]) -> None:
             open(marker, "w").close()
             os._exit(1)  # a worker dies mid-run (once)
         metrics = {"step": step, "loss": 1.0 / (step + 1)}
+        if config.get("report_rank"):
+            metrics["rank"] = ctx.get_world_rank()
         every = config.get("checkpoint_every", 1)
         wants = every and (step + 1) % every == 0
         if wants and (ctx.get_world_rank() == 0 or config.get("all_ranks_checkpoint")):

@@ -163,11 +163,9 @@ def test_graceful_shutdown_does_not_wait_for_a_result_requested_early(
         assert [r.metrics["step"] for r in executor.get_next_results()] == [0, 0]
         # Result 2 is now requested; the workers sleep before producing it.
     finally:
-        start = time.monotonic()
+        # Waits Ray's 5 s worker patience, then shuts down by force (no cleanup
+        # queued behind the 300 s step; the module's timeout catches a hang).
         executor.shutdown(graceful_termination=True)
-    # Waits Ray's 5 s worker patience, then shuts down by force (no cleanup
-    # queued behind the 300 s step).
-    assert time.monotonic() - start < 60
     _assert_nothing_leaked()
 
 
@@ -335,7 +333,6 @@ def test_executor_actor_killed_mid_run(
     ray_start_4_cpus, storage_path, tmp_path, max_failures
 ):
     marker = str(tmp_path / "killed")
-    start = time.monotonic()
     result = _run(
         storage_path,
         f"killed{max_failures}",
@@ -343,8 +340,7 @@ def test_executor_actor_killed_mid_run(
         max_failures=max_failures,
         marker=marker,
     )
-    assert os.path.exists(marker)
-    assert time.monotonic() - start < 120  # no hang
+    assert os.path.exists(marker)  # (no hang: the module's timeout)
     if max_failures:
         assert result.error is None
         assert result.metrics["step"] == 2
@@ -361,37 +357,50 @@ def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
 
 
 def counting_loop(config):
-    """Counts in the test counter every step a worker starts, then reports it."""
+    """Counts every step a worker starts in the test counter; a checkpoint per step."""
+    import tempfile
+
     from helpers import _count
 
     for step in range(1000):
         _count(config["key"])
-        ray.train.report({"step": step})
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "state.json").write_text(json.dumps({"step": step}))
+            ray.train.report(
+                {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d)
+            )
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
 def test_workers_run_no_further_ahead_than_with_rays_executor(
-    ray_start_4_cpus, storage_path, remote
+    ray_start_4_cpus, storage_path
 ):
     # The remote executor requests the next result early; that must not let a
-    # worker start more steps than Ray's executor does. Tune stops the trial
-    # after 3 results; Ray releases a worker when its result is taken, so it
-    # starts step 4 and then waits at report(): 4 steps, never 5.
+    # worker start more steps, or write more checkpoints, than Ray's executor.
+    # Tune stops the trial after 3 results.
     counter = get_or_create_counter()
-    key = f"steps_started_{remote}"
-    result = _run(
-        storage_path,
-        f"ahead_{remote}",
-        loop=counting_loop,
-        num_workers=1,
-        remote=remote,
-        stop={"training_iteration": 3},
-        key=key,
-    )
-    assert result.error is None
-    assert result.metrics["step"] == 2
-    _assert_nothing_leaked()
-    assert ray.get(counter.get.remote(key)) in (3, 4)
+    steps, folders = {}, {}
+    for remote in (False, True):
+        key = f"steps_started_{remote}_{time.monotonic_ns()}"
+        result = _run(
+            storage_path,
+            f"ahead_{remote}",
+            loop=counting_loop,
+            num_workers=1,
+            remote=remote,
+            stop={"training_iteration": 3},
+            key=key,
+        )
+        assert result.error is None
+        assert result.metrics["step"] == 2
+        _assert_nothing_leaked()
+        steps[remote] = ray.get(counter.get.remote(key))
+        folders[remote] = {
+            n for n in os.listdir(result.path) if n.startswith("checkpoint_")
+        }
+    # Ray releases a worker when its result is taken: it may start step 4, never 5.
+    assert steps[False] in (3, 4)
+    assert steps[True] <= steps[False], steps
+    assert folders[True] <= folders[False], folders
 
 
 def test_remote_executor_flag_is_checked(ray_start_4_cpus):

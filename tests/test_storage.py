@@ -448,7 +448,12 @@ def test_function_trainable_template_names_in_sync(ray_start_4_cpus, storage_pat
 def test_data_parallel_trainer_uses_rank_0_metrics(ray_start_4_cpus, storage_path):
     trainer = ray_tt_ext.DataParallelTrainer(
         report_loop,
-        train_loop_config={"num_reports": 3},
+        # Every rank reports; each reports its own rank, and all checkpoint.
+        train_loop_config={
+            "num_reports": 3,
+            "report_rank": True,
+            "all_ranks_checkpoint": True,
+        },
         scaling_config=ray.train.ScalingConfig(num_workers=2),
     )
     result = Tuner(
@@ -464,6 +469,9 @@ def test_data_parallel_trainer_uses_rank_0_metrics(ray_start_4_cpus, storage_pat
     ).fit()[0]
     assert result.error is None
     _assert_in_sync(result, ["step0-00", "step1-01", "step2-02"])
+    # What the driver recorded, with each checkpoint and per result, is rank 0's.
+    assert list(result.metrics_dataframe["rank"]) == [0, 0, 0]
+    assert [m["rank"] for _, m in result.best_checkpoints] == [0, 0, 0]
 
 
 def test_workers_rendering_different_names_get_a_clear_error(
