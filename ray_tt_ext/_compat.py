@@ -111,10 +111,15 @@ try:  # Ray >= 2.50
 except ImportError:  # Ray 2.40 .. 2.49
     from ray.train._internal.session import _get_session as get_session  # noqa: F401
 
-# Ray >= 2.50 has Tune's own config classes (subclasses of the AIR ones);
-# Ray 2.40 .. 2.49 uses the AIR classes directly.
+# Ray >= 2.50 has Tune's own config classes (subclasses of the AIR ones),
+# Checkpoint, report and get_checkpoint; Ray 2.40 .. 2.49 uses Train V1's.
+# The one place for these version-neutral names (tests, scripts, release
+# scenarios and the demo use them from here).
 TuneCheckpointConfig = getattr(ray.tune, "CheckpointConfig", AirCheckpointConfig)
 TuneRunConfig = getattr(ray.tune, "RunConfig", AirRunConfig)
+TuneFailureConfig = getattr(ray.tune, "FailureConfig", ray.train.FailureConfig)
+TuneCheckpoint = getattr(ray.tune, "Checkpoint", ray.train.Checkpoint)
+tune_report = getattr(ray.tune, "report", ray.train.report)
 
 try:  # Ray >= 2.50 exports it from ray.tune; the V1 session has it everywhere.
     from ray.tune import get_checkpoint

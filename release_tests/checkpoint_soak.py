@@ -23,6 +23,7 @@ from pathlib import Path
 from common import Context, main
 
 import ray_tt_ext
+from ray_tt_ext import _compat  # noqa: E402
 from ray_tt_ext._testing import init_local_ray
 
 NAME = re.compile(r"^ck-(?P<index>\d{5})-step(?P<step>\d+)$")
@@ -70,13 +71,12 @@ def make_trainer(steps: int, trials: int, markers: str, sleep: float):
 
 
 def run_config(storage_path: str):
-    import ray.tune
 
-    return ray.tune.RunConfig(
+    return _compat.TuneRunConfig(
         storage_path=storage_path,
         name="soak",
         verbose=0,
-        failure_config=ray.tune.FailureConfig(max_failures=5),
+        failure_config=_compat.TuneFailureConfig(max_failures=5),
         checkpoint_config=ray_tt_ext.CheckpointConfig(
             checkpoint_dir_name="ck-{index:05d}-step{step}"
         ),

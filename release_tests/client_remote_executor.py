@@ -17,6 +17,7 @@ from pathlib import Path
 from common import Context, main
 
 import ray_tt_ext
+from ray_tt_ext import _compat  # noqa: E402
 from ray_tt_ext._testing import HeadNode, connect_client
 
 
@@ -61,7 +62,7 @@ def run(ctx: Context) -> dict:
                 "train_loop_config": {"seed": ray.tune.grid_search(list(range(num_trials)))}
             },
             tune_config=ray.tune.TuneConfig(max_concurrent_trials=2),
-            run_config=ray.tune.RunConfig(storage_path=ctx.storage_path, name="client"),
+            run_config=_compat.TuneRunConfig(storage_path=ctx.storage_path, name="client"),
         ).fit()
         client.disconnect()
     finally:

@@ -17,6 +17,7 @@ from pathlib import Path
 from common import Context, MiB, main
 
 import ray_tt_ext
+from ray_tt_ext import _compat  # noqa: E402
 
 
 def train_loop(config):
@@ -78,7 +79,7 @@ def run(ctx: Context) -> dict:
         tuner = ray_tt_ext.Tuner(
             trainer,
             param_space={"train_loop_config": {"lr": ray.tune.grid_search([1, 2, 3, 4])}},
-            run_config=ray.tune.RunConfig(
+            run_config=_compat.TuneRunConfig(
                 storage_path=ctx.storage_path, name="large_attached", verbose=0
             ),
         )

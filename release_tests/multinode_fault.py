@@ -18,6 +18,7 @@ from pathlib import Path
 from common import Context, main
 
 import ray_tt_ext
+from ray_tt_ext import _compat  # noqa: E402
 
 
 def train_loop(config):
@@ -97,11 +98,11 @@ def run(ctx: Context) -> dict:
                 ),
                 remote_executor=True,
             ),
-            run_config=ray.tune.RunConfig(
+            run_config=_compat.TuneRunConfig(
                 storage_path=ctx.storage_path,
                 name="multinode",
                 verbose=0,
-                failure_config=ray.tune.FailureConfig(max_failures=3),
+                failure_config=_compat.TuneFailureConfig(max_failures=3),
             ),
         ).fit()[0]
         killer.join(timeout=5)

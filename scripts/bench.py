@@ -37,6 +37,7 @@ os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
 import ray_tt_ext  # noqa: E402,I001  (first: it settles RAY_TRAIN_V2_ENABLED)
+from ray_tt_ext import _compat  # noqa: E402
 import numpy as np  # noqa: E402
 import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
@@ -116,7 +117,7 @@ def _tuner_case(flavour: str, nbytes: int, storage: str) -> dict[str, Any]:
                 scaling_config=ray.train.ScalingConfig(num_workers=1),
             ),
             param_space={"train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.2])}},
-            run_config=ray.tune.RunConfig(
+            run_config=_compat.TuneRunConfig(
                 storage_path=storage,
                 name=f"{flavour}_{time.time_ns()}",
                 verbose=0,
@@ -248,7 +249,7 @@ def _executor_case(remote: bool, num_reports: int, storage: str) -> dict[str, fl
             scaling_config=ray.train.ScalingConfig(num_workers=1),
             remote_executor=remote,
         ),
-        run_config=ray.tune.RunConfig(
+        run_config=_compat.TuneRunConfig(
             storage_path=storage, name=f"exec_{remote}_{time.time_ns()}", verbose=0
         ),
     ).fit()[0]

@@ -1,15 +1,20 @@
-"""Tune/Train names that moved between Ray releases, so the suite runs on 2.40 .. 2.60.
+"""Tune names that moved between Ray releases, so the suite runs on 2.40 .. 2.60.
 
-Ray 2.50 added ``ray.tune.RunConfig``/``CheckpointConfig``/``FailureConfig``/
-``Checkpoint``/``report``/``get_checkpoint``; before it, Tune used Train V1's.
+A re-export of ``ray_tt_ext._compat`` (the one place for version-neutral names).
 """
 
-import ray.train
-import ray.tune
+from ray_tt_ext._compat import TuneCheckpoint as Checkpoint
+from ray_tt_ext._compat import TuneCheckpointConfig as CheckpointConfig
+from ray_tt_ext._compat import TuneFailureConfig as FailureConfig
+from ray_tt_ext._compat import TuneRunConfig as RunConfig
+from ray_tt_ext._compat import get_checkpoint
+from ray_tt_ext._compat import tune_report as report
 
-RunConfig = getattr(ray.tune, "RunConfig", ray.train.RunConfig)
-FailureConfig = getattr(ray.tune, "FailureConfig", ray.train.FailureConfig)
-CheckpointConfig = getattr(ray.tune, "CheckpointConfig", ray.train.CheckpointConfig)
-Checkpoint = getattr(ray.tune, "Checkpoint", ray.train.Checkpoint)
-report = getattr(ray.tune, "report", ray.train.report)
-get_checkpoint = getattr(ray.tune, "get_checkpoint", ray.train.get_checkpoint)
+__all__ = [
+    "Checkpoint",
+    "CheckpointConfig",
+    "FailureConfig",
+    "RunConfig",
+    "get_checkpoint",
+    "report",
+]
