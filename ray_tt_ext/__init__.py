@@ -20,6 +20,24 @@ from ray_tt_ext._trainer import BaseTrainer, DataParallelTrainer
 from ray_tt_ext._tuner import Tuner
 from ray_tt_ext._version import __version__
 
+#: Framework trainers, built on first use (never imported by ``import ray_tt_ext``).
+_LAZY = ("LightGBMTrainer", "TorchTrainer", "XGBoostTrainer")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from ray_tt_ext import _frameworks
+
+        return _frameworks.build(name)
+    raise AttributeError(f"module 'ray_tt_ext' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*__all__, *_LAZY])
+
+
+# The lazy framework trainers are public but not in __all__: a star import
+# would import torch, xgboost and lightgbm.
 __all__ = [
     "BaseTrainer",
     "CheckpointConfig",

@@ -6,6 +6,7 @@ Client server and token authentication, and stops exactly what it started.
 
 from __future__ import annotations
 
+import collections
 import os
 import shutil
 import signal
@@ -15,8 +16,14 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Optional
 
 LOOPBACK = "127.0.0.1"
+
+try:
+    from pyarrow.fs import FileSystemHandler as _FileSystemHandler
+except ImportError:  # pragma: no cover - pyarrow comes with ray[tune]
+    _FileSystemHandler = object  # type: ignore[misc,assignment]
 
 
 def free_port() -> int:
@@ -115,6 +122,195 @@ class HeadNode:
         self.proc.wait(timeout=10)
         self.log.close()
         shutil.rmtree(self.temp_dir, ignore_errors=True)
+
+
+class MotoServer:
+    """moto's S3 server (``moto[server]``) on loopback, as Ray's own CI uses.
+
+    Started on a free port in a process group of its own; :meth:`stop` stops
+    that process only. Credentials are moto's test ones; set them in the
+    environment before Ray starts (:data:`S3_ENV`) so Ray's workers have them.
+    """
+
+    def __init__(self, bucket: str = "bucket"):
+        self.port = free_port()
+        self.bucket = bucket
+        self.log = tempfile.NamedTemporaryFile(prefix="moto_", suffix=".log", delete=False)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", LOOPBACK, "-p", str(self.port)],
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env={**os.environ, **S3_ENV},
+        )
+        self._wait_ready()
+        self.filesystem().create_dir(bucket)
+
+    @property
+    def endpoint(self) -> str:
+        return f"{LOOPBACK}:{self.port}"
+
+    def filesystem(self):
+        """A pyarrow ``S3FileSystem`` on this server."""
+        import pyarrow.fs
+
+        return pyarrow.fs.S3FileSystem(
+            endpoint_override=self.endpoint,
+            scheme="http",
+            access_key=S3_ENV["AWS_ACCESS_KEY_ID"],
+            secret_key=S3_ENV["AWS_SECRET_ACCESS_KEY"],
+            region=S3_ENV["AWS_DEFAULT_REGION"],
+        )
+
+    def uri(self, path: str) -> str:
+        """``s3://bucket/path?endpoint_override=...&scheme=http`` (pyarrow's URI form)."""
+        return (
+            f"s3://{self.bucket}/{path}?endpoint_override={self.endpoint}&scheme=http"
+            f"&region={S3_ENV['AWS_DEFAULT_REGION']}"
+        )
+
+    def _wait_ready(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"moto.server exited with {self.proc.returncode}:\n"
+                    + Path(self.log.name).read_text()
+                )
+            with socket.socket() as s:
+                if s.connect_ex((LOOPBACK, self.port)) == 0:
+                    return
+            time.sleep(0.2)
+        self.stop()
+        raise TimeoutError("moto.server did not open its port in time")
+
+    def stop(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGTERM)  # only its own process group
+            self.proc.wait(timeout=10)
+        except (ProcessLookupError, subprocess.TimeoutExpired):
+            try:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            self.proc.wait(timeout=10)
+        self.log.close()
+        os.unlink(self.log.name)
+
+
+#: moto's test credentials; Ray workers need them in their environment.
+S3_ENV = {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}
+
+
+class CountingFileSystem(_FileSystemHandler):
+    """Wraps a pyarrow filesystem and counts the requests made through it.
+
+    Use as ``pyarrow.fs.PyFileSystem(CountingFileSystem(fs))``. ``counts``
+    maps an operation ("list", "info", "read", "write", ...) to its count;
+    ``fail_listing`` makes every folder listing raise (a storage error).
+    """
+
+    _instances: dict[str, CountingFileSystem] = {}
+
+    def __init__(
+        self,
+        fs: Any,
+        fail_listing: bool = False,
+        key: Optional[str] = None,
+    ):
+        self.fs = fs
+        self.fail_listing = fail_listing
+        self.key = key or f"counting-{id(self)}"
+        self.counts: collections.Counter = collections.Counter()
+        CountingFileSystem._instances[self.key] = self
+
+    def __reduce__(self):
+        # Copies unpickled in this process count into the same instance.
+        return (_counting_file_system, (self.key, self.fs, self.fail_listing))
+
+    def _count(self, op: str) -> None:
+        self.counts[op] += 1
+
+    def __eq__(self, other: Any) -> bool:
+        return self is other
+
+    def __hash__(self) -> int:
+        return id(self)
+
+    def equals(self, other: Any) -> bool:
+        return self is other
+
+    def get_type_name(self) -> str:
+        return f"counting+{self.fs.type_name}"
+
+    def normalize_path(self, path: str) -> str:
+        return self.fs.normalize_path(path)
+
+    def get_file_info(self, paths):
+        self._count("info")
+        return self.fs.get_file_info(paths)
+
+    def get_file_info_selector(self, selector):
+        self._count("list")
+        if self.fail_listing:
+            raise OSError(f"Access Denied listing {selector.base_dir}")
+        return self.fs.get_file_info(selector)
+
+    def create_dir(self, path, recursive):
+        self._count("mkdir")
+        self.fs.create_dir(path, recursive=recursive)
+
+    def delete_dir(self, path):
+        self._count("delete")
+        self.fs.delete_dir(path)
+
+    def delete_dir_contents(self, path, missing_dir_ok=False):
+        self._count("delete")
+        self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
+
+    def delete_root_dir_contents(self):
+        self._count("delete")
+        self.fs.delete_dir_contents("/", accept_root_dir=True)
+
+    def delete_file(self, path):
+        self._count("delete")
+        self.fs.delete_file(path)
+
+    def move(self, src, dest):
+        self._count("move")
+        self.fs.move(src, dest)
+
+    def copy_file(self, src, dest):
+        self._count("copy")
+        self.fs.copy_file(src, dest)
+
+    def open_input_stream(self, path):
+        self._count("read")
+        return self.fs.open_input_stream(path)
+
+    def open_input_file(self, path):
+        self._count("read")
+        return self.fs.open_input_file(path)
+
+    def open_output_stream(self, path, metadata):
+        self._count("write")
+        return self.fs.open_output_stream(path, metadata=metadata)
+
+    def open_append_stream(self, path, metadata):
+        self._count("write")
+        return self.fs.open_append_stream(path, metadata=metadata)
+
+
+def _counting_file_system(key, fs, fail_listing) -> CountingFileSystem:
+    existing = CountingFileSystem._instances.get(key)
+    if existing is not None:
+        return existing
+    return CountingFileSystem(fs, fail_listing=fail_listing, key=key)
 
 
 def connect_client(address: str, attempts: int = 3):

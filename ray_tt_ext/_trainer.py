@@ -367,28 +367,51 @@ def _make_trainable_cls(trainer: _compat.BaseTrainer) -> type[_TrainCoordinator]
     return type("TrainTrainable", (_TrainCoordinator,), attrs)
 
 
+def _check_remote_executor_flag(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"remote_executor must be True or False, got {value!r}.")
+    return value
+
+
 class BaseTrainer(_compat.BaseTrainer):
     """Ray's V1 ``BaseTrainer`` whose ``as_trainable()`` is self-free and size-checked.
 
     Subclass it as you would Ray's. To give an existing trainer class (a
-    framework trainer such as ``TorchTrainer``, or your own subclass of Ray's
-    ``DataParallelTrainer``) the same guarantees, put this class first::
+    framework trainer, or your own subclass of Ray's ``DataParallelTrainer``)
+    every guarantee, put this class first; its constructor stays as it is::
 
-        class MyTorchTrainer(ray_tt_ext.BaseTrainer, TorchTrainer):
-            pass
+        class MyTrainer(ray_tt_ext.BaseTrainer, MyDataParallelTrainer):
+            remote_executor = True  # optional: Ray's BackendExecutor in an actor
+
+    ``remote_executor`` may also be set per instance, by your own constructor,
+    before it calls ``super().__init__``: ``self.remote_executor = flag``.
     """
+
+    #: Run Ray's ``BackendExecutor`` in its own zero-CPU actor on the coordinator's
+    #: node (:class:`ray_tt_ext.RemoteBackendExecutor`). Data-parallel trainers only.
+    remote_executor: bool = False
+    #: The executor class ``remote_executor`` selects (a subclass may swap it).
+    _remote_backend_executor_cls: type[Any] = RemoteBackendExecutor
 
     # No __init__ here: as a mixin (first base) this class must leave the
     # trainer's own constructor, and so Ray's signature-recording __new__, alone.
 
     def _validate_attributes(self) -> None:
-        """Fail fast on Train V2 objects before Ray's own checks.
+        """Fail fast on Train V2 objects before Ray's own checks; select the executor.
 
         Overrides Ray's ``BaseTrainer._validate_attributes`` (called from
         ``BaseTrainer.__init__``); runs wherever the trainer is built (driver,
         and the coordinator actor).
         """
         _compat.ensure_train_v1(self.run_config, self.scaling_config)
+        if _check_remote_executor_flag(self.remote_executor):
+            if not isinstance(self, _compat.DataParallelTrainer):
+                raise TypeError(
+                    f"remote_executor=True needs a data-parallel trainer; "
+                    f"{type(self).__name__} has no BackendExecutor. Fix: leave "
+                    "remote_executor False, or subclass Ray's DataParallelTrainer."
+                )
+            self._backend_executor_cls = self._remote_backend_executor_cls
         super()._validate_attributes()
 
     def fit(self) -> Any:
@@ -468,9 +491,6 @@ class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):
     All other arguments are Ray's ``DataParallelTrainer`` arguments.
     """
 
-    #: The executor class ``remote_executor=True`` selects (a subclass may swap it).
-    _remote_backend_executor_cls: type[Any] = RemoteBackendExecutor
-
     def __init__(
         self,
         train_loop_per_worker: Union[Callable[[], None], Callable[[dict], None]],
@@ -485,13 +505,7 @@ class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):
         resume_from_checkpoint: Optional[Any] = None,
         remote_executor: bool = False,
     ):
-        if not isinstance(remote_executor, bool):
-            raise TypeError(
-                f"remote_executor must be True or False, got {remote_executor!r}."
-            )
-        self._remote_executor = remote_executor
-        if remote_executor:
-            self._backend_executor_cls = self._remote_backend_executor_cls
+        self.remote_executor = _check_remote_executor_flag(remote_executor)
         super().__init__(
             train_loop_per_worker,
             train_loop_config=train_loop_config,

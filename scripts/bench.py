@@ -16,6 +16,8 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   (3 with --quick), in two setups: ``full`` (``num_cpus=2`` on this 2-core
   machine: the coordinator and one worker fill it) and ``roomy``
   (``num_cpus=4``). The goal (<= 5% overhead) holds only if it holds in both.
+* ``s3``: requests to S3 (moto's server on loopback) for one checkpoint and
+  one ``Tuner.restore``, ray_tt_ext beside upstream Ray.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
   over a trainer with a large ``train_loop_config``, each deleted and
   garbage-collected before the next (4 x 300 MiB; 3 x 64 MiB with --quick),
@@ -417,14 +419,131 @@ def bench_lifetime(quick: bool, storage: str) -> dict[str, Any]:
     return {"tuners": n, "attached_bytes": nbytes, **out}
 
 
+# -- requests to S3 (moto's server on loopback) -----------------------------------------
+
+
+def _s3_trainable(config):
+    """Saves 2 checkpoints, then reports the requests its own process made for each."""
+    import tempfile as _tempfile
+
+    from ray_tt_ext import _compat as compat
+
+    def counts():
+        handler = compat.get_session().storage.storage_filesystem.handler
+        return dict(handler.counts)
+
+    checkpoint = compat.get_checkpoint()
+    before = counts()
+    marks = [before]
+    for step in range(2):
+        with _tempfile.TemporaryDirectory() as d:
+            Path(d, "state.json").write_text(json.dumps({"step": step}))
+            compat.tune_report(
+                {"step": step, "loss": 1.0 / (step + 1)},
+                checkpoint=compat.TuneCheckpoint.from_directory(d),
+            )
+        marks.append(counts())
+    diff = [
+        sum(marks[i + 1].values()) - sum(marks[i].values()) for i in range(len(marks) - 1)
+    ]
+    compat.tune_report(
+        {
+            "step": 2,
+            "restored": bool(checkpoint),
+            "first_checkpoint_requests": diff[0],
+            "next_checkpoint_requests": diff[1],
+            "start_requests": sum(before.values()),
+        }
+    )
+
+
+def _s3_case(flavour: str, server: Any) -> dict[str, int]:
+    import pyarrow.fs
+
+    from ray_tt_ext._testing import CountingFileSystem
+
+    handler = CountingFileSystem(
+        server.filesystem(), key=f"bench-{flavour}-{time.time_ns()}"
+    )
+    fs = pyarrow.fs.PyFileSystem(handler)
+    tuner_cls = ray_tt_ext.Tuner if flavour == "ray_tt_ext" else ray.tune.Tuner
+    config_cls = (
+        ray_tt_ext.CheckpointConfig
+        if flavour == "ray_tt_ext"
+        else (_compat.TuneCheckpointConfig)
+    )
+    exp = f"bucket/bench-{flavour}-{time.time_ns()}"
+    run_config = _compat.TuneRunConfig(
+        storage_path=exp,
+        storage_filesystem=fs,
+        name="exp",
+        verbose=0,
+        checkpoint_config=config_cls(),
+    )
+    _progress(f"s3: {flavour}, a run with 2 checkpoints")
+    before = sum(handler.counts.values())
+    first = tuner_cls(_s3_trainable, run_config=run_config).fit()[0]
+    assert first.error is None, first.error
+    run_driver = sum(handler.counts.values()) - before
+    _progress(f"s3: {flavour}, Tuner.restore and a second run")
+    before = sum(handler.counts.values())
+    restored = tuner_cls.restore(
+        f"{exp}/exp",
+        trainable=_s3_trainable,
+        storage_filesystem=fs,
+        restart_errored=True,
+        resume_unfinished=True,
+    )
+    restore_driver = sum(handler.counts.values()) - before
+    return {
+        "first checkpoint (trial process)": first.metrics["first_checkpoint_requests"],
+        "next checkpoint (trial process)": first.metrics["next_checkpoint_requests"],
+        "trial start, before any checkpoint (trial process)": first.metrics[
+            "start_requests"
+        ],
+        "whole run (driver)": run_driver,
+        "Tuner.restore (driver)": restore_driver,
+        "_restored": restored is not None,
+    }
+
+
+def bench_s3(quick: bool, storage: str) -> dict[str, Any]:
+    from ray_tt_ext._testing import S3_ENV, MotoServer
+
+    for key, value in S3_ENV.items():
+        os.environ.setdefault(key, value)
+    server = MotoServer()
+    init_local_ray(2, log_to_driver=False)
+    try:
+        out = {f: _s3_case(f, server) for f in ("ray_tt_ext", "upstream")}
+    finally:
+        ray.shutdown()
+        server.stop()
+    for flavour in out.values():
+        flavour.pop("_restored")
+    rows = [
+        [key, str(out["ray_tt_ext"][key]), str(out["upstream"][key])]
+        for key in out["ray_tt_ext"]
+    ]
+    print(
+        _table(
+            "Requests to S3 (moto on loopback), a function trainable with 2 checkpoints",
+            ["requests", "ray_tt_ext", "upstream Ray"],
+            rows,
+        )
+    )
+    return out
+
+
 SECTIONS = {
     "tuner": bench_tuner,
     "inspect": bench_inspect,
     "executor": bench_executor,
     "lifetime": bench_lifetime,
+    "s3": bench_s3,
 }
 # Sections that start (and stop) Ray themselves, in the setups they measure.
-_OWN_RAY = {"executor", "lifetime"}
+_OWN_RAY = {"executor", "lifetime", "s3"}
 
 
 # -- docs/benchmarks.md ---------------------------------------------------------------
@@ -514,6 +633,19 @@ def _render(sections: dict[str, Any]) -> str:
                 lines.append(
                     f"| {i + 1} | {format_bytes(data['ray_tt_ext'][i])} "
                     f"| {format_bytes(data['upstream'][i])} |"
+                )
+        elif name == "s3":
+            lines += [
+                "Requests to S3 (moto's server on loopback, counted by a "
+                "`pyarrow.fs.PyFileSystem` wrapper), a function trainable saving 2 "
+                "checkpoints with the default policy, then `Tuner.restore`.",
+                "",
+                "| requests | ray_tt_ext | upstream Ray |",
+                "| --- | --- | --- |",
+            ]
+            for key in data["ray_tt_ext"]:
+                lines.append(
+                    f"| {key} | {data['ray_tt_ext'][key]} | {data['upstream'][key]} |"
                 )
         else:  # a section added later renders as JSON until it has a table
             lines += ["```json", json.dumps(data, indent=2, default=float), "```"]

@@ -32,7 +32,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
 import ray  # noqa: E402
 
 import ray_tt_ext  # noqa: E402,F401  (sets RAY_TRAIN_V2_ENABLED=0 first)
-from ray_tt_ext._testing import HeadNode, connect_client, init_local_ray  # noqa: E402
+from ray_tt_ext._testing import (  # noqa: E402
+    S3_ENV,
+    HeadNode,
+    MotoServer,
+    connect_client,
+    init_local_ray,
+)
+
+# S3 credentials for the moto server, set before any Ray starts so that Ray's
+# workers inherit them.
+for _key, _value in S3_ENV.items():
+    os.environ.setdefault(_key, _value)
 
 
 @pytest.fixture(scope="session")
@@ -87,6 +98,15 @@ def ray_client(ray_head_node):
     assert ray.util.client.ray.is_connected()
     yield ray_head_node
     ctx.disconnect()
+
+
+@pytest.fixture(scope="module")
+def s3_server():
+    """moto's S3 server on loopback with a bucket ``bucket``; stops only its own process."""
+    pytest.importorskip("moto")
+    server = MotoServer()
+    yield server
+    server.stop()
 
 
 @pytest.fixture

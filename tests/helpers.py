@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-import collections
 import json
 import os
 import tempfile
 import time
 from typing import Any, Optional
 
-import pyarrow.fs
 import ray
 import ray.train
 import ray.tune
 import tune_api
 
 import ray_tt_ext
+from ray_tt_ext._testing import CountingFileSystem  # noqa: F401  (re-exported)
 
 COUNTER_NAME = "ray_tt_ext_test_conversion_counter"
 COUNTER_NAMESPACE = "ray_tt_ext_tests"
@@ -197,112 +196,6 @@ def function_trainable_losing_progress_once(config: dict[str, Any]) -> None:
             tune_api.report(
                 {"step": step}, checkpoint=tune_api.Checkpoint.from_directory(d)
             )
-
-
-class CountingFileSystem(pyarrow.fs.FileSystemHandler):
-    """Wraps a pyarrow filesystem and counts the requests made through it.
-
-    Use as ``pyarrow.fs.PyFileSystem(CountingFileSystem(fs))``. ``counts``
-    maps an operation ("list", "info", "read", "write", ...) to its count;
-    ``fail_listing`` makes every folder listing raise (a storage error).
-    """
-
-    _instances: dict[str, CountingFileSystem] = {}
-
-    def __init__(
-        self,
-        fs: pyarrow.fs.FileSystem,
-        fail_listing: bool = False,
-        key: Optional[str] = None,
-    ):
-        self.fs = fs
-        self.fail_listing = fail_listing
-        self.key = key or f"counting-{id(self)}"
-        self.counts: collections.Counter = collections.Counter()
-        CountingFileSystem._instances[self.key] = self
-
-    def __reduce__(self):
-        # Copies unpickled in this process count into the same instance.
-        return (_counting_file_system, (self.key, self.fs, self.fail_listing))
-
-    def _count(self, op: str) -> None:
-        self.counts[op] += 1
-
-    def __eq__(self, other: Any) -> bool:
-        return self is other
-
-    def __hash__(self) -> int:
-        return id(self)
-
-    def equals(self, other: Any) -> bool:
-        return self is other
-
-    def get_type_name(self) -> str:
-        return f"counting+{self.fs.type_name}"
-
-    def normalize_path(self, path: str) -> str:
-        return self.fs.normalize_path(path)
-
-    def get_file_info(self, paths):
-        self._count("info")
-        return self.fs.get_file_info(paths)
-
-    def get_file_info_selector(self, selector):
-        self._count("list")
-        if self.fail_listing:
-            raise OSError(f"Access Denied listing {selector.base_dir}")
-        return self.fs.get_file_info(selector)
-
-    def create_dir(self, path, recursive):
-        self._count("mkdir")
-        self.fs.create_dir(path, recursive=recursive)
-
-    def delete_dir(self, path):
-        self._count("delete")
-        self.fs.delete_dir(path)
-
-    def delete_dir_contents(self, path, missing_dir_ok=False):
-        self._count("delete")
-        self.fs.delete_dir_contents(path, missing_dir_ok=missing_dir_ok)
-
-    def delete_root_dir_contents(self):
-        self._count("delete")
-        self.fs.delete_dir_contents("/", accept_root_dir=True)
-
-    def delete_file(self, path):
-        self._count("delete")
-        self.fs.delete_file(path)
-
-    def move(self, src, dest):
-        self._count("move")
-        self.fs.move(src, dest)
-
-    def copy_file(self, src, dest):
-        self._count("copy")
-        self.fs.copy_file(src, dest)
-
-    def open_input_stream(self, path):
-        self._count("read")
-        return self.fs.open_input_stream(path)
-
-    def open_input_file(self, path):
-        self._count("read")
-        return self.fs.open_input_file(path)
-
-    def open_output_stream(self, path, metadata):
-        self._count("write")
-        return self.fs.open_output_stream(path, metadata=metadata)
-
-    def open_append_stream(self, path, metadata):
-        self._count("write")
-        return self.fs.open_append_stream(path, metadata=metadata)
-
-
-def _counting_file_system(key, fs, fail_listing) -> CountingFileSystem:
-    existing = CountingFileSystem._instances.get(key)
-    if existing is not None:
-        return existing
-    return CountingFileSystem(fs, fail_listing=fail_listing, key=key)
 
 
 def record(key: str, value: Any) -> None:

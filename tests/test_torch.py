@@ -1,0 +1,177 @@
+"""Ray's V1 TorchTrainer through ray_tt_ext: DDP over gloo on the CPU, real PyTorch.
+
+The test setup installs exactly torch==2.13.0 (constraints/test.txt), a CPU
+build on this machine's disk; without torch the module is skipped (and counted).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+import ray
+import ray.train
+import ray.tune
+import tune_api
+from helpers import alive_actors
+
+import ray_tt_ext
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def ddp_loop(config):
+    """Rank 0 saves ``model.pt`` with ``torch.save``; every rank all-reduces."""
+    import ray.train.torch
+    import torch
+    import torch.distributed as dist
+
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    token = torch.tensor([float(rank + 1)])
+    dist.all_reduce(token)  # 1 + 2 with two workers
+    torch.manual_seed(0)
+    model = ray.train.torch.prepare_model(torch.nn.Linear(2, 1))  # DDP over gloo
+    optimizer = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    start = 0
+    checkpoint = ray.train.get_checkpoint()
+    if checkpoint:
+        with checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "model.pt"))
+        model.module.load_state_dict(state["model"])
+        start = state["step"] + 1
+    for step in range(start, config["steps"]):
+        if step == config.get("fail_at") and rank == 1:
+            marker = config["marker"]
+            if not os.path.exists(marker):
+                Path(marker).touch()
+                os._exit(1)  # a worker dies mid-run, once
+        loss = model(torch.ones(4, 2)).pow(2).mean()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        metrics = {"step": step, "loss": loss.item(), "all_reduced": token.item()}
+        if rank != 0:
+            ray.train.report(metrics)
+            continue
+        with tempfile.TemporaryDirectory() as d:
+            torch.save({"model": model.module.state_dict(), "step": step}, f"{d}/model.pt")
+            ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+def _tuner(storage_path, name, remote, steps=3, max_failures=0, **config):
+    return ray_tt_ext.Tuner(
+        ray_tt_ext.TorchTrainer(
+            ddp_loop,
+            train_loop_config={"steps": steps, **config},
+            scaling_config=ray.train.ScalingConfig(num_workers=2),
+            remote_executor=remote,
+        ),
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.01])}},
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name=name,
+            verbose=0,
+            failure_config=tune_api.FailureConfig(max_failures=max_failures),
+            checkpoint_config=ray_tt_ext.CheckpointConfig(
+                checkpoint_dir_name="model-{step:03d}"
+            ),
+        ),
+    )
+
+
+def _assert_no_workers_left():
+    import time
+
+    deadline = time.monotonic() + 30
+    while alive_actors("RayTrainWorker") or alive_actors("BackendExecutorHost"):
+        assert time.monotonic() < deadline, "training workers still alive after the run"
+        time.sleep(0.5)
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+def test_ddp_over_gloo_through_the_tuner(ray_start_4_cpus, storage_path, remote):
+    results = _tuner(storage_path, f"ddp_{remote}", remote).fit()
+    assert not results.errors, results.errors
+    assert len(results) == 2
+    for result in results:
+        assert result.metrics["all_reduced"] == 3.0  # the process group spans both
+        names = sorted(n for n in os.listdir(result.path) if n.startswith("model-"))
+        assert names == ["model-000", "model-001", "model-002"]
+        assert os.path.basename(result.checkpoint.path) == "model-002"
+        with result.checkpoint.as_directory() as d:
+            state = torch.load(os.path.join(d, "model.pt"))
+        assert state["step"] == 2 and set(state["model"]) == {"weight", "bias"}
+    # Two learning rates, two different models.
+    weights = [
+        torch.load(os.path.join(r.checkpoint.path, "model.pt"))["model"]["weight"]
+        for r in results
+    ]
+    assert not torch.equal(weights[0], weights[1])
+    _assert_no_workers_left()
+
+
+def test_a_killed_worker_resumes_from_its_named_checkpoint(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    results = _tuner(
+        storage_path,
+        "ddp_fail",
+        remote=True,
+        steps=4,
+        max_failures=1,
+        fail_at=2,
+        marker=str(tmp_path / "died"),
+    ).fit()
+    assert not results.errors, results.errors
+    assert os.path.exists(tmp_path / "died")
+    for result in results:
+        names = sorted(n for n in os.listdir(result.path) if n.startswith("model-"))
+        assert names == ["model-000", "model-001", "model-002", "model-003"]
+        for name in names:  # each folder holds its own step
+            state = torch.load(os.path.join(result.path, name, "model.pt"))
+            assert state["step"] == int(name[-3:])
+        steps = list(result.metrics_dataframe["step"])
+        assert steps[-1] == 3 and 2 in steps
+    _assert_no_workers_left()
+
+
+def test_torch_trainer_is_rays_with_the_guarantees_and_its_signature():
+    import inspect
+
+    from ray.train.torch import TorchTrainer as RayTorchTrainer
+
+    assert issubclass(ray_tt_ext.TorchTrainer, RayTorchTrainer)
+    assert issubclass(ray_tt_ext.TorchTrainer, ray_tt_ext.BaseTrainer)
+    params = inspect.signature(ray_tt_ext.TorchTrainer.__init__).parameters
+    assert list(params)[:3] == ["self", "train_loop_per_worker", "train_loop_config"]
+    assert params["remote_executor"].default is False
+    trainer = ray_tt_ext.TorchTrainer(ddp_loop, train_loop_config={"lr": 0.1})
+    assert trainer._param_dict["train_loop_per_worker"] is ddp_loop  # recorded by name
+    with pytest.raises(TypeError, match="remote_executor must be True or False"):
+        ray_tt_ext.TorchTrainer(ddp_loop, remote_executor="yes")
+
+
+def test_import_ray_tt_ext_never_imports_torch_and_a_missing_framework_says_what_to_install():
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, ray_tt_ext\n"
+        "assert 'torch' not in sys.modules and 'xgboost' not in sys.modules\n"
+        "sys.modules['lightgbm'] = None  # as if not installed\n"
+        "try:\n"
+        "    ray_tt_ext.LightGBMTrainer\n"
+        "except ImportError as e:\n"
+        "    print('ERROR', e)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "ray_tt_ext.LightGBMTrainer needs lightgbm" in out.stdout
+    assert "pip install 'ray-tt-ext[lightgbm]'" in out.stdout
