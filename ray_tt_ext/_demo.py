@@ -70,13 +70,13 @@ def _registered_payloads(sizes_mib: list[int]) -> dict[str, list[int]]:
     """Bytes Tune registers for a trainer carrying ``size`` MiB: ours and Ray's."""
     out: dict[str, list[int]] = {"ray_tt_ext": [], "ray": []}
     for size in sizes_mib:
-        data = np.ones(size * MiB // 8)
-        ours = ray_tt_ext.DataParallelTrainer(
-            _train_loop, train_loop_config={"weights": data}, metadata={"table": data}
+        # An array in train_loop_config, and JSON-serializable text in metadata.
+        attached = dict(
+            train_loop_config={"weights": np.ones(size * MiB // 8)},
+            metadata={"notes": "x" * (size * MiB)},
         )
-        theirs = RayDataParallelTrainer(
-            _train_loop, train_loop_config={"weights": data}, metadata={"table": data}
-        )
+        ours = ray_tt_ext.DataParallelTrainer(_train_loop, **attached)
+        theirs = RayDataParallelTrainer(_train_loop, **attached)
         out["ray_tt_ext"].append(
             ray_tt_ext.inspect_payload(ours.as_trainable()).total_bytes
         )

@@ -144,17 +144,18 @@ class MotoServer:
             env={**os.environ, **S3_ENV},
         )
         self._wait_ready()
-        self.filesystem().create_dir(bucket)
+        self.filesystem(allow_bucket_creation=True).create_dir(bucket)
 
     @property
     def endpoint(self) -> str:
         return f"{LOOPBACK}:{self.port}"
 
-    def filesystem(self):
+    def filesystem(self, **kwargs: Any):
         """A pyarrow ``S3FileSystem`` on this server."""
         import pyarrow.fs
 
         return pyarrow.fs.S3FileSystem(
+            **kwargs,
             endpoint_override=self.endpoint,
             scheme="http",
             access_key=S3_ENV["AWS_ACCESS_KEY_ID"],
