@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.parse
 from pathlib import Path
 
 from common import Context, main
@@ -83,6 +84,36 @@ def run_config(storage_path: str):
     )
 
 
+def _fs(uri: str):
+    """(pyarrow filesystem, path) for a local path or an ``s3://...?endpoint_override=`` URI."""
+    import pyarrow.fs
+
+    return pyarrow.fs.FileSystem.from_uri(uri)
+
+
+def _dirs(fs, path: str, prefix: str = "") -> list[str]:
+    import pyarrow.fs
+
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    return sorted(
+        i.base_name
+        for i in infos
+        if i.type == pyarrow.fs.FileType.Directory and i.base_name.startswith(prefix)
+    )
+
+
+def _count_checkpoints(fs, experiment: str) -> int:
+    return sum(len(_dirs(fs, f"{experiment}/{t}", "ck-")) for t in _dirs(fs, experiment))
+
+
+def _with_path(uri: str, sub: str) -> str:
+    """``uri`` with ``/sub`` appended to its path (before any query)."""
+    parts = urllib.parse.urlsplit(uri)
+    if not parts.scheme:
+        return str(Path(uri, sub))
+    return urllib.parse.urlunsplit(parts._replace(path=f"{parts.path}/{sub}"))
+
+
 def driver_phase(storage_path: str, steps: int, trials: int, markers: str, sleep: float):
     """The first driver: runs until the scenario kills it."""
 
@@ -98,8 +129,8 @@ def run(ctx: Context) -> dict:
 
     trials, steps, sleep = (2, 8, 0.3) if ctx.smoke else (4, 60, 0.5)
     markers = tempfile.mkdtemp(prefix="rtt_soak_")
-    storage = ctx.storage_path
-    experiment = Path(storage, "soak")
+    storage = ctx.storage_uri()
+    fs, experiment = _fs(_with_path(storage, "soak"))
     ctx.progress(f"{trials} trials x {steps} steps; starting the first driver")
     args = [sys.executable, __file__, "--driver-phase", storage, str(steps), str(trials)]
     args += [markers, str(sleep)]
@@ -107,21 +138,24 @@ def run(ctx: Context) -> dict:
     kill_after = trials * max(3, steps // 3)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and driver.poll() is None:
-        if len(list(experiment.glob("*/ck-*"))) >= kill_after:
+        if _count_checkpoints(fs, experiment) >= kill_after:
             break
         time.sleep(0.5)
     assert driver.poll() is None, "the first driver ended before it could be killed"
     os.killpg(driver.pid, signal.SIGKILL)  # the driver crashes, with its local Ray
     driver.wait()
-    before = len(list(experiment.glob("*/ck-*")))
+    before = _count_checkpoints(fs, experiment)
     ctx.progress(f"killed the driver with {before} checkpoints on disk; restoring")
 
     ctx.init_ray()
     try:
         trainer, _ = make_trainer(steps, trials, markers, sleep)
-        assert ray_tt_ext.Tuner.can_restore(str(experiment))
+        assert ray_tt_ext.Tuner.can_restore(_with_path(storage, "soak"))
         results = ray_tt_ext.Tuner.restore(
-            str(experiment), trainable=trainer, resume_unfinished=True, resume_errored=True
+            _with_path(storage, "soak"),
+            trainable=trainer,
+            resume_unfinished=True,
+            resume_errored=True,
         ).fit()
     finally:
         ray.shutdown()
@@ -129,9 +163,7 @@ def run(ctx: Context) -> dict:
     total = 0
     for result in results:
         assert result.metrics["step"] == steps - 1
-        names = sorted(
-            p.name for p in Path(result.path).iterdir() if p.name.startswith("ck-")
-        )
+        names = _dirs(fs, result.path, "ck-")
         parsed = [NAME.match(n) for n in names]
         assert all(parsed), names
         indices = [int(m.group("index")) for m in parsed]
@@ -139,7 +171,8 @@ def run(ctx: Context) -> dict:
         assert len(set(names)) == len(names)
         reached = set()
         for name, match in zip(names, parsed, strict=True):
-            content = json.loads(Path(result.path, name, "state.json").read_text())
+            with fs.open_input_stream(f"{result.path}/{name}/state.json") as f:
+                content = json.loads(f.read())
             assert content["step"] == int(match.group("step")), name
             reached.add(content["step"])
         assert reached == set(range(steps)), sorted(set(range(steps)) - reached)
@@ -147,6 +180,7 @@ def run(ctx: Context) -> dict:
     failures = len(os.listdir(markers))
     ctx.progress(f"ok: {total} checkpoints, {failures} worker deaths, 1 driver restart")
     return {
+        "storage": ctx.storage,
         "trials": trials,
         "steps": steps,
         "checkpoints": total,

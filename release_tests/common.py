@@ -33,12 +33,24 @@ MiB = 1024 * 1024
 GiB = 1024 * MiB
 
 
+# S3 credentials for moto's server (--storage s3), before any Ray starts.
+for _key, _value in {
+    "AWS_ACCESS_KEY_ID": "testing",
+    "AWS_SECRET_ACCESS_KEY": "testing",
+    "AWS_DEFAULT_REGION": "us-east-1",
+    "AWS_EC2_METADATA_DISABLED": "true",
+}.items():
+    os.environ.setdefault(_key, _value)
+
+
 @dataclass
 class Context:
     name: str
     smoke: bool
     address: Optional[str]
     out_dir: Path
+    storage: str = "local"
+    _s3: Any = None
 
     def progress(self, message: str) -> None:
         print(f"[{self.name}] {time.strftime('%H:%M:%S')} {message}", flush=True)
@@ -60,6 +72,23 @@ class Context:
         path.mkdir(parents=True, exist_ok=True)
         return str(path.resolve())
 
+    def storage_uri(self, sub: str = "") -> str:
+        """Where results go: a local path, or with ``--storage s3`` an ``s3://`` URI
+        on moto's server (started on first use, stopped when the scenario ends)."""
+        if self.storage == "local":
+            return str(Path(self.storage_path, sub)) if sub else self.storage_path
+        if self._s3 is None:
+            from ray_tt_ext._testing import MotoServer
+
+            self._s3 = MotoServer()
+            self.progress(f"moto S3 server on {self._s3.endpoint}")
+        return self._s3.uri(f"{self.name}/{sub}".rstrip("/"))
+
+    def close(self) -> None:
+        if self._s3 is not None:
+            self._s3.stop()
+            self._s3 = None
+
 
 def main(run: Callable[[Context], dict[str, Any]]) -> int:
     name = Path(sys.argv[0]).stem
@@ -67,8 +96,19 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
     parser.add_argument("--smoke", action="store_true", help="seconds, small sizes")
     parser.add_argument("--address", default=None, help="an existing Ray cluster")
     parser.add_argument("--out", default="release_results", help="folder for the JSON")
+    parser.add_argument(
+        "--storage", choices=["local", "s3"], default="local", help="where results go"
+    )
     args = parser.parse_args()
-    ctx = Context(name=name, smoke=args.smoke, address=args.address, out_dir=Path(args.out))
+    if args.storage != "local":
+        name = f"{name}_{args.storage}"
+    ctx = Context(
+        name=name,
+        smoke=args.smoke,
+        address=args.address,
+        out_dir=Path(args.out),
+        storage=args.storage,
+    )
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     record: dict[str, Any] = {"name": name, "smoke": args.smoke}
@@ -83,6 +123,8 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
             traceback=traceback.format_exc(),
         )
         traceback.print_exc()
+    finally:
+        ctx.close()
     record["duration_s"] = round(time.monotonic() - started, 2)
     path = ctx.out_dir / f"{name}.json"
     path.write_text(json.dumps(record, indent=2, default=str))

@@ -42,6 +42,7 @@ def load_manifest() -> list:
 def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     budget = scenario["smoke_budget_s"] if args.smoke else scenario["budget_s"]
     cmd = [sys.executable, str(RELEASE / scenario["script"]), "--out", str(out)]
+    cmd += scenario.get("args", [])
     if args.smoke:
         cmd.append("--smoke")
     if args.address and scenario["cluster"] != "cluster3":
