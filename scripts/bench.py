@@ -485,7 +485,7 @@ def _s3_case(flavour: str, server: Any) -> dict[str, int]:
     first = tuner_cls(_s3_trainable, run_config=run_config).fit()[0]
     assert first.error is None, first.error
     run_driver = sum(handler.counts.values()) - before
-    _progress(f"s3: {flavour}, Tuner.restore and a second run")
+    _progress(f"s3: {flavour}, Tuner.restore")
     before = sum(handler.counts.values())
     restored = tuner_cls.restore(
         f"{exp}/exp",
