@@ -32,10 +32,6 @@ def __getattr__(name: str):
     raise AttributeError(f"module 'ray_tt_ext' has no attribute {name!r}")
 
 
-def __dir__() -> list[str]:
-    return sorted([*__all__, *_LAZY])
-
-
 # The lazy framework trainers are public but not in __all__: a star import
 # would import torch, xgboost and lightgbm.
 __all__ = [

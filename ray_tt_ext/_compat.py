@@ -11,10 +11,14 @@ settles ``RAY_TRAIN_V2_ENABLED`` *before* it imports ``ray.train`` (see
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import dataclasses
 import os
 import sys
 import threading
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 # ---------------------------------------------------------------------------
@@ -174,7 +178,9 @@ def should_pickle_by_reference(obj: Any) -> bool:
 # ref.binary() -> (job id, pins Ray added in this process when it was pickled
 # outside a Ray task), for the refs whose holders track them.
 _OUT_OF_BAND_PINS: dict[bytes, list[Any]] = {}
-_PINS_LOCK = threading.Lock()
+# Reentrant: a release runs from a weakref finalizer, which a garbage
+# collection inside a locked section of the same thread may call.
+_PINS_LOCK = threading.RLock()
 
 
 def count_out_of_band_pins(ref: Any) -> None:
@@ -194,8 +200,26 @@ def count_out_of_band_pins(ref: Any) -> None:
         _OUT_OF_BAND_PINS[ref.binary()] = [_ray_worker.global_worker.current_job_id, 0]
 
 
+#: Set while ``__reduce_ex__`` is called without pickling the result (the payload
+#: inspector's walk): nothing is serialized then, so Ray adds no pin.
+_NOT_PICKLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ray_tt_ext_not_pickling", default=False
+)
+
+
+@contextlib.contextmanager
+def reducing_without_pickling() -> Iterator[None]:
+    token = _NOT_PICKLING.set(True)
+    try:
+        yield
+    finally:
+        _NOT_PICKLING.reset(token)
+
+
 def note_ref_pickled(ref: Any) -> None:
     """Count the pin Ray adds if ``ref`` is being pickled out of band now (tracked refs)."""
+    if _NOT_PICKLING.get():
+        return
     with _PINS_LOCK:
         entry = _OUT_OF_BAND_PINS.get(ref.binary())
         if entry is None:
@@ -221,12 +245,29 @@ def release_out_of_band_pins(ref: Any) -> None:
     worker = _ray_worker.global_worker
     if not pins or not ray.is_initialized() or worker.current_job_id != job_id:
         return  # Ray was shut down (and the pins with it) since
-    for _ in range(pins):
+    # Never remove more than Ray holds beyond the ObjectRef passed in here.
+    counts = worker.core_worker.get_all_reference_counts()
+    local = counts.get(ref.hex().encode(), {}).get("local", 0)
+    for _ in range(min(pins, local - 1)):
         worker.core_worker.remove_object_ref_reference(ref)
 
 
+_TUNE_DRIVER_HERE = False
+
+
+def mark_tune_driver_process() -> None:
+    """This Ray worker process runs Tune's driver loop (the Ray Client Tuner actor,
+    or ``trainer.fit()`` sent to the cluster): treat it as the driver."""
+    global _TUNE_DRIVER_HERE
+    _TUNE_DRIVER_HERE = True
+
+
 def is_driver_process() -> bool:
-    """Whether this process is a driver (or has no Ray), not a Ray worker/actor."""
+    """Whether Tune's driver loop runs here (a driver, a process without Ray, or a
+    worker marked by :func:`mark_tune_driver_process`), not a trial actor or a
+    training worker."""
+    if _TUNE_DRIVER_HERE:
+        return True
     return getattr(_ray_worker.global_worker, "mode", None) != _ray_worker.WORKER_MODE
 
 
@@ -279,42 +320,103 @@ _FIX = (
 def ensure_train_v1(*objects: Any) -> None:
     """Fail fast, with the fix, when Train V2 would break a ray_tt_ext call.
 
-    Runs on the driver at the first ray_tt_ext call (Tuner or trainer
-    construction), and in the coordinator actor before the trainer is built.
-    ``objects`` are the user's config objects: a Train V2 ``RunConfig`` (what
-    ``from ray.train import RunConfig`` gives when ``ray.train`` was imported
-    before ``ray_tt_ext``) is reported by name instead of Ray's confusing
-    "should be an instance of ray.train.RunConfig, found ray.train.RunConfig".
+    Runs on the driver where a V1 trainer enters (trainer construction, a
+    Tuner given a trainer), and in the coordinator actor before the trainer is
+    built. Function and class trainables never need it. ``objects`` are config
+    objects that could not be converted by :func:`to_train_v1` (a trainer that
+    is not ray_tt_ext's was given Train V2 config objects).
     """
     if train_v2_enabled():
         raise TrainV2EnabledError(
             f"Ray Train V2 is enabled ({V2_ENV_VAR}="
-            f"{os.environ.get(V2_ENV_VAR, '<unset>')!s}), but ray_tt_ext extends "
-            f"the Train V1 API (Tuner + Trainer). Fix: {_FIX}"
+            f"{os.environ.get(V2_ENV_VAR, '<unset>')!s}), but this is a Ray Train V1 "
+            f"trainer (Tuner(trainer) is Train V1's API). Fix: {_FIX} For Ray's "
+            "default Train V2 stack, tune a function that builds and fits a V2 trainer."
         )
     v2_types = _train_v2_config_types()
     for obj in objects:
-        if v2_types and isinstance(obj, v2_types):
+        if v2_types and isinstance(obj, tuple(v2_types.values())):
             name = type(obj).__name__
-            v1_home = "ray.air.config" if name == "ScalingConfig" else "ray.tune"
             raise TrainV2EnabledError(
                 f"Got a Ray Train V2 `{name}`. It comes from `from ray.train import "
                 f"{name}` run before `import ray_tt_ext` while {V2_ENV_VAR} was unset, "
-                f"so `ray.train` bound its Train V2 classes. ray_tt_ext needs the V1 "
-                f"classes. Fix: use `{v1_home}.{name}` (or `ray.train.{name}` after "
-                f"`import ray_tt_ext`), or {_FIX}"
+                f"so `ray.train` bound its Train V2 classes. ray_tt_ext's trainers "
+                f"convert it for you; Ray's own V1 trainers need the V1 class. Fix: "
+                f"use a ray_tt_ext trainer, or `ray.tune.{name}`/`ray.air.config.{name}`, "
+                f"or {_FIX}"
             )
 
 
-def _train_v2_config_types() -> tuple[type, ...]:
-    """Train V2's config classes, if this process loaded them (driver)."""
+def _train_v2_config_types() -> dict[str, type]:
+    """Train V2's config classes by name, if this process loaded them."""
     module = sys.modules.get("ray.train.v2.api.config")
     if module is None:
-        return ()
+        return {}
     names = ("RunConfig", "ScalingConfig", "CheckpointConfig", "FailureConfig")
-    return tuple(
-        getattr(module, n) for n in names if isinstance(getattr(module, n, None), type)
-    )
+    return {
+        n: getattr(module, n) for n in names if isinstance(getattr(module, n, None), type)
+    }
+
+
+def _v1_config_classes() -> dict[str, type]:
+    return {
+        "RunConfig": TuneRunConfig,
+        "ScalingConfig": AirScalingConfig,
+        "CheckpointConfig": TuneCheckpointConfig,
+        "FailureConfig": TuneFailureConfig,
+    }
+
+
+def _field_default(field: Any) -> Any:
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:
+        return field.default_factory()
+    return dataclasses.MISSING
+
+
+def to_train_v1(obj: Any) -> Any:
+    """A Train V2 config object as its Train V1 class, field by field; else ``obj``.
+
+    ``from ray import train`` before ``import ray_tt_ext`` (the variable still
+    unset on Ray 2.51+) binds ``train.RunConfig``, ``ScalingConfig``,
+    ``CheckpointConfig`` and ``FailureConfig`` to Train V2's classes. Their
+    common fields carry over (nested configs too); a V2-only setting that V1
+    cannot honour, left at a value other than its default, is an error naming
+    it. Runs wherever a ray_tt_ext trainer or Tuner is built (driver, and the
+    coordinator actor).
+    """
+    v2_types = _train_v2_config_types()
+    name = type(obj).__name__
+    v2_cls = v2_types.get(name)
+    if v2_cls is None or type(obj) is not v2_cls:
+        return obj
+    v1_cls = _v1_config_classes()[name]
+    v1_fields = {f.name for f in dataclasses.fields(v1_cls)}
+    deprecated = getattr(sys.modules["ray.train.v2.api.config"], "_DEPRECATED", object())
+    kwargs = {}
+    for field in dataclasses.fields(obj):
+        value = getattr(obj, field.name)
+        if value is deprecated or (isinstance(deprecated, str) and value == deprecated):
+            continue  # V2's marker for "not set": V1's default applies
+        if field.name in v1_fields:
+            kwargs[field.name] = to_train_v1(value)
+            continue
+        default = _field_default(field)
+        if value is None or (default is not dataclasses.MISSING and value == default):
+            continue
+        raise TrainV2EnabledError(
+            f"`{name}({field.name}={value!r})` is a Ray Train V2 setting that the Train "
+            f"V1 trainers ray_tt_ext extends cannot honour (this `{name}` is V2's: "
+            f"`ray.train` was imported before `ray_tt_ext`). Fix: drop `{field.name}`, "
+            f"or use Ray's V2 trainers (ray_tt_ext.v2) for it."
+        )
+    if name == "RunConfig" and kwargs.get("callbacks"):
+        raise TrainV2EnabledError(
+            "`RunConfig(callbacks=...)` of Ray Train V2 holds V2 callbacks, which Tune "
+            "(Train V1) cannot run. Fix: pass Tune callbacks in `ray.tune.RunConfig`."
+        )
+    return v1_cls(**kwargs)
 
 
 def train_v1_runtime_env_vars() -> dict[str, str]:
@@ -379,6 +481,7 @@ __all__ = [
     "TunerInternal",
     "V2_ENV_VAR",
     "ensure_train_v1",
+    "to_train_v1",
     "grpc_max_message_bytes",
     "ray_cloudpickle",
     "worker_get_next",

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import traceback
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -165,6 +166,19 @@ class _TrainingWorkerError(Exception):
         return _compat.StartTracebackWithWorkerRank(worker_rank=self.worker_rank)
 
 
+def _picklable(error: Optional[BaseException]) -> Optional[BaseException]:
+    """``error`` if it pickles; else a ``RuntimeError`` with its type, message and
+    traceback, so that the carrier (and the final run status) still arrive."""
+    if error is None:
+        return None
+    try:
+        _compat.ray_cloudpickle.dumps(error)
+        return error
+    except Exception:
+        text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+        return RuntimeError(f"{type(error).__name__}: {error}\n{text}")
+
+
 class BackendExecutorHost:
     """Owns a real ``BackendExecutor`` and exposes the calls the coordinator makes.
 
@@ -182,7 +196,7 @@ class BackendExecutorHost:
             return getattr(self._executor, method)(*args, **kwargs)
         except _compat.StartTraceback as e:
             raise _TrainingWorkerError(
-                getattr(e, "worker_rank", None), e.__cause__
+                getattr(e, "worker_rank", None), _picklable(e.__cause__)
             ) from None
 
     def placement_info(self) -> dict[str, Any]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import threading
 from typing import Any
 
 from ray_tt_ext import _compat
@@ -26,6 +27,7 @@ FRAMEWORKS = {
 }
 
 _BUILT: dict[str, type] = {}
+_BUILD_LOCK = threading.Lock()
 
 
 def _ray_class(name: str) -> type:
@@ -68,8 +70,13 @@ def _with_remote_executor(signature: inspect.Signature) -> inspect.Signature:
 
 def build(name: str) -> type:
     """The hardened framework trainer ``name`` (built once per process)."""
-    if name in _BUILT:
+    with _BUILD_LOCK:  # one class per name, or pickling by reference breaks
+        if name not in _BUILT:
+            _BUILT[name] = _build(name)
         return _BUILT[name]
+
+
+def _build(name: str) -> type:
     ray_cls = _ray_class(name)
 
     def __init__(self, *args: Any, remote_executor: bool = False, **kwargs: Any) -> None:
@@ -93,7 +100,6 @@ def build(name: str) -> type:
             ),
         },
     )
-    _BUILT[name] = cls
     return cls
 
 

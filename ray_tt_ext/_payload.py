@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import pickle
 import types
 from collections.abc import Container, Iterator
 from dataclasses import dataclass, field
@@ -308,7 +309,8 @@ def _class_children(cls: type) -> Iterator[tuple[str, Any]]:
 
 def _reduce_children(obj: Any) -> Iterator[tuple[str, Any]]:
     try:
-        reduced = obj.__reduce_ex__(_PROTOCOL)
+        with _compat.reducing_without_pickling():
+            reduced = obj.__reduce_ex__(_PROTOCOL)
     except Exception:
         return
     if not isinstance(reduced, tuple):
@@ -549,7 +551,8 @@ def check_registered_payload(
     with registered_view():
         try:
             report = inspect_payload(trainable, name=name)
-        except Exception as e:
+        except (TypeError, AttributeError, pickle.PicklingError) as e:
+            # What cloudpickle raises for a lock, a socket, a local class...
             raise _not_serializable_error(what, trainable, e) from e
     if report.total_bytes > resolved:
         raise PayloadTooLargeError(

@@ -209,7 +209,8 @@ def name_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
             parts.append(r".*?")
     if not literal_text and "(?P<index>" not in "".join(parts):
         return None
-    return re.compile("^" + "".join(parts) + "$")
+    # Never a folder already moved aside (``<name>.unrecorded``, ``-2``, ...).
+    return re.compile(r"^(?!.*\.unrecorded(-\d+)?$)" + "".join(parts) + "$")
 
 
 def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
@@ -563,10 +564,16 @@ def _move_dir(fs: pyarrow.fs.FileSystem, src: str, dst: str) -> None:
     try:
         fs.move(src, dst)
     except (NotImplementedError, OSError):
-        if fs.get_file_info(dst).type != pyarrow.fs.FileType.NotFound:
-            raise
-        pyarrow.fs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
-        fs.delete_dir(src)
+        # Object stores: copy, then delete. Workers of one trial may do this at
+        # once before training starts; they copy the same objects to the same
+        # new name, so the result is the same folder, intact.
+        try:
+            pyarrow.fs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
+            fs.delete_dir(src)
+        except FileNotFoundError:
+            if fs.get_file_info(dst).type == pyarrow.fs.FileType.NotFound:
+                raise
+            # another worker finished the move first
     with _LISTINGS_LOCK:
         listing = _LISTINGS.get(src.rsplit("/", 1)[0])
         if listing is not None:

@@ -45,6 +45,14 @@ logger = logging.getLogger("ray_tt_ext")
 # ---------------------------------------------------------------------------
 
 
+_RELEASED_MESSAGE = (
+    "The trainer's constructor arguments were released from the object store when "
+    "the Tuner (or trainer) that converted it was garbage-collected. Fix: keep that "
+    "Tuner while its trials run, or pass the trainer again (Tuner.restore(path, "
+    "trainable=trainer) converts it anew)."
+)
+
+
 class _ObjectStoreParams:
     """A trainer's constructor arguments, put into the object store once.
 
@@ -129,11 +137,7 @@ class _ObjectStoreParams:
     def get(self) -> dict[str, Any]:
         """The constructor arguments (coordinator actor, or driver)."""
         if self._released:
-            raise RuntimeError(
-                "The trainer's constructor arguments were released from the object "
-                "store when the Tuner (or trainer) that converted it was garbage-"
-                "collected. Fix: keep that Tuner, or convert the trainer again."
-            )
+            raise RuntimeError(_RELEASED_MESSAGE)
         if self._missing:
             raise RuntimeError(
                 "The trainer's constructor arguments were not in the object store "
@@ -145,9 +149,14 @@ class _ObjectStoreParams:
             if not ray.is_initialized():
                 return dict(self._pending or {})
             self.flush()
-        return ray.get(self._ref)
+        try:
+            return ray.get(self._ref)
+        except (ray.exceptions.ObjectFreedError, ray.exceptions.ObjectLostError) as e:
+            raise RuntimeError(f"{_RELEASED_MESSAGE} ({type(e).__name__})") from None
 
     def __reduce__(self):
+        if self._released:
+            raise RuntimeError(_RELEASED_MESSAGE)
         if self._ref is None and not self._missing and ray.is_initialized():
             self.flush()
         if self._ref is not None:
@@ -397,12 +406,15 @@ class BaseTrainer(_compat.BaseTrainer):
     # trainer's own constructor, and so Ray's signature-recording __new__, alone.
 
     def _validate_attributes(self) -> None:
-        """Fail fast on Train V2 objects before Ray's own checks; select the executor.
+        """Convert Train V2 config objects, fail fast on Train V2; select the executor.
 
         Overrides Ray's ``BaseTrainer._validate_attributes`` (called from
         ``BaseTrainer.__init__``); runs wherever the trainer is built (driver,
         and the coordinator actor).
         """
+        # Train V2 config objects (`ray.train` imported before ray_tt_ext) become V1's.
+        self.run_config = _compat.to_train_v1(self.run_config)
+        self.scaling_config = _compat.to_train_v1(self.scaling_config)
         _compat.ensure_train_v1(self.run_config, self.scaling_config)
         if _check_remote_executor_flag(self.remote_executor):
             if not isinstance(self, _compat.DataParallelTrainer):
@@ -435,6 +447,7 @@ class BaseTrainer(_compat.BaseTrainer):
         return ray.get(
             _fit_on_cluster.options(
                 num_cpus=0,
+                max_retries=0,  # never run a whole fit() twice
                 runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
                 **_compat.force_on_current_node_options(),
             ).remote(self)
@@ -476,6 +489,7 @@ class BaseTrainer(_compat.BaseTrainer):
 @ray.remote
 def _fit_on_cluster(trainer: BaseTrainer) -> Any:
     """``trainer.fit()`` on the Ray Client server's node (a task, not the client)."""
+    _compat.mark_tune_driver_process()
     return trainer.fit()
 
 

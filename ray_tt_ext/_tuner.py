@@ -179,6 +179,7 @@ class _ClientTunerInternal(_TunerInternal):
         pass
 
     def build(self, kwargs: dict[str, Any]) -> None:
+        _compat.mark_tune_driver_process()
         _TunerInternal.__init__(self, **kwargs)
 
 
@@ -238,10 +239,15 @@ class Tuner(ray.tune.Tuner):
             with a checkpoint index/name policy of your own, for this Tuner's
             experiment only. Not needed for ``ray_tt_ext.CheckpointConfig``.
 
+    Function and class trainables work whatever the Train version; a V1
+    trainer needs Train V1 (``import ray_tt_ext`` turns it on when the variable
+    is unset). A Train V2 ``RunConfig`` (``ray.train`` imported first) is
+    converted to Tune's.
+
     Raises:
         PayloadTooLargeError: on construction, ``fit()`` or ``restore()``,
             before anything is sent to the GCS.
-        TrainV2EnabledError: Train V2 is active (see the README).
+        TrainV2EnabledError: a V1 trainer where Train V2 is active, with the fix.
     """
 
     def __init__(
@@ -264,7 +270,10 @@ class Tuner(ray.tune.Tuner):
             else:
                 self._local_tuner = _tuner_internal
             return
-        _compat.ensure_train_v1(run_config)
+        # Function and class trainables need no Train V1; a V1 trainer does.
+        if isinstance(trainable, BaseTrainer):
+            _compat.ensure_train_v1()
+        run_config = _compat.to_train_v1(run_config)
         kwargs = dict(
             trainable=trainable,
             param_space=param_space,
@@ -300,7 +309,8 @@ class Tuner(ray.tune.Tuner):
         The trainable (or trainer) is converted once. ``payload_limit`` and
         ``storage_context_cls`` as in the constructor.
         """
-        _compat.ensure_train_v1()
+        if isinstance(trainable, BaseTrainer):
+            _compat.ensure_train_v1()
         resume = ray.tune.ResumeConfig.ResumeType
         errored = resume.SKIP
         if resume_errored:

@@ -75,19 +75,21 @@ def test_explicit_zero_is_kept():
 
 @needs_train_v2
 @pytest.mark.parametrize("first_call", ["trainer", "tuner"])
-def test_explicit_v2_fails_fast_at_first_call_with_the_fix(first_call):
+def test_explicit_v2_refuses_a_v1_trainer_with_the_fix(first_call):
     call = {
         "trainer": "ray_tt_ext.DataParallelTrainer(lambda: None)",
-        "tuner": "ray_tt_ext.Tuner(lambda config: None)",
+        "tuner": "ray_tt_ext.Tuner(ray.train.data_parallel_trainer."
+        "DataParallelTrainer(lambda: None))",
     }[first_call]
     proc = run_script(
         f"""
         import os
         import ray_tt_ext  # importing works; it never overrides an explicit value
+        import ray.train.data_parallel_trainer
         assert os.environ["RAY_TRAIN_V2_ENABLED"] == "1"
         try:
             {call}
-        except ray_tt_ext._compat.TrainV2EnabledError as e:
+        except ray_tt_ext.TrainV2EnabledError as e:
             print("MESSAGE", e)
         else:
             print("NO ERROR")
@@ -100,26 +102,97 @@ def test_explicit_v2_fails_fast_at_first_call_with_the_fix(first_call):
     assert "found `ray.train.RunConfig`" not in proc.stdout + proc.stderr
 
 
-@needs_v2_default
-def test_ray_train_imported_first_gives_our_message_not_rays():
+@needs_train_v2
+def test_function_and_class_trainables_work_with_v2_on(tmp_path):
     proc = run_script(
-        """
-        from ray.train import RunConfig, ScalingConfig  # V2 classes: env still unset
-        import ray_tt_ext
+        f"""
+        import os, json, tempfile
+        from ray import train, tune  # the everyday header, V2 on
+        import numpy as np
+        import ray, ray_tt_ext
+
+        def fn(config):
+            for step in range(2):
+                with tempfile.TemporaryDirectory() as d:
+                    open(os.path.join(d, "s"), "w").write(str(step))
+                    tune.report({{"step": step}}, checkpoint=tune.Checkpoint.from_directory(d))
+
+        class Cls(tune.Trainable):
+            def step(self):
+                return {{"v": self.iteration}}
+            def save_checkpoint(self, d):
+                open(os.path.join(d, "s"), "w").write("x")
+            def load_checkpoint(self, d):
+                pass
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
+        ckpt = ray_tt_ext.CheckpointConfig(checkpoint_dir_name="c-{{index}}")
+        r = ray_tt_ext.Tuner(fn, run_config=tune.RunConfig(
+            storage_path={str(tmp_path)!r}, name="fn", checkpoint_config=ckpt)).fit()[0]
+        print("FN", r.error, sorted(n for n in os.listdir(r.path) if n.startswith("c-")))
+        r = ray_tt_ext.Tuner(Cls, run_config=tune.RunConfig(
+            storage_path={str(tmp_path)!r}, name="cls", stop={{"training_iteration": 2}},
+            checkpoint_config=ray_tt_ext.CheckpointConfig(
+                checkpoint_frequency=1, checkpoint_dir_name="k-{{index}}"))).fit()[0]
+        print("CLS", r.error, sorted(n for n in os.listdir(r.path) if n.startswith("k-")))
+        weights = np.zeros(20_000_000)  # 160 MB in a closure: the guard still runs
+        def big(config):
+            tune.report({{"m": float(weights.mean())}})
+        try:
+            ray_tt_ext.Tuner(big)
+        except ray_tt_ext.PayloadTooLargeError as e:
+            print("GUARD", e.report.contributors[0].path)
+        print("ENV", os.environ["RAY_TRAIN_V2_ENABLED"])
+        """,
+        {"RAY_TRAIN_V2_ENABLED": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "FN None ['c-0', 'c-1']" in proc.stdout, proc.stdout
+    assert "CLS None ['k-0', 'k-1']" in proc.stdout, proc.stdout
+    assert "GUARD big.<globals>.weights" in proc.stdout, proc.stdout
+    assert "ENV 1" in proc.stdout  # left as the user set it
+
+
+@needs_v2_default
+def test_the_everyday_header_first_then_v1_trainers_just_work(tmp_path):
+    proc = run_script(
+        f"""
+        from ray import train, tune  # V2 config classes bound: the variable unset
+        import ray, ray_tt_ext
+
+        def loop(config):
+            import ray.train
+            ray.train.report({{"ok": 1}})
+
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
+        trainer = ray_tt_ext.DataParallelTrainer(
+            loop,
+            scaling_config=train.ScalingConfig(num_workers=1),
+            run_config=train.RunConfig(
+                storage_path={str(tmp_path)!r}, name="late",
+                checkpoint_config=train.CheckpointConfig(num_to_keep=2),
+                failure_config=train.FailureConfig(max_failures=1),
+            ),
+        )
+        print("TYPES", type(trainer.scaling_config).__module__, type(trainer.run_config).__module__)
+        print("KEEP", trainer.run_config.checkpoint_config.num_to_keep,
+              trainer.run_config.failure_config.max_failures)
+        result = ray_tt_ext.Tuner(trainer, run_config=train.RunConfig(
+            storage_path={str(tmp_path)!r}, name="late2")).fit()[0]
+        print("ERROR", result.error)
         try:
             ray_tt_ext.DataParallelTrainer(
-                lambda: None, run_config=RunConfig(name="x"),
-                scaling_config=ScalingConfig(num_workers=1),
-            )
-        except ray_tt_ext._compat.TrainV2EnabledError as e:
-            print("MESSAGE", e)
+                loop, scaling_config=train.ScalingConfig(num_workers=1, label_selector={{"a": "b"}}))
+        except ray_tt_ext.TrainV2EnabledError as e:
+            print("V2ONLY", e)
         """,
         {},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "MESSAGE" in proc.stdout
-    assert "RAY_TRAIN_V2_ENABLED" in proc.stdout
-    assert "import ray_tt_ext" in proc.stdout
+    assert "ERROR None" in proc.stdout, proc.stdout
+    assert "TYPES ray.air.config" in proc.stdout, proc.stdout
+    assert "KEEP 2 1" in proc.stdout, proc.stdout
+    assert "V2ONLY `ScalingConfig(label_selector={'a': 'b'})`" in proc.stdout, proc.stdout
     assert "should be an instance of" not in proc.stdout + proc.stderr
 
 

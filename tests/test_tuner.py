@@ -130,8 +130,9 @@ def test_restore_refuses_another_trainable_given_by_name(spy_key, storage_path, 
     Tuner(function_trainable, run_config=quiet_run_config(storage_path, "by_name")).fit()
     with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
         tuner_cls.restore(path, trainable="other_name")
-    # The original trainable's registered name is accepted.
+    # The original trainable, or its registered name, is accepted.
     assert tuner_cls.restore(path, trainable=function_trainable) is not None
+    assert tuner_cls.restore(path, trainable="function_trainable") is not None
 
 
 class _HoldsALock:
