@@ -367,14 +367,6 @@ def _v1_config_classes() -> dict[str, type]:
     }
 
 
-def _field_default(field: Any) -> Any:
-    if field.default is not dataclasses.MISSING:
-        return field.default
-    if field.default_factory is not dataclasses.MISSING:
-        return field.default_factory()
-    return dataclasses.MISSING
-
-
 def to_train_v1(obj: Any) -> Any:
     """A Train V2 config object as its Train V1 class, field by field; else ``obj``.
 
@@ -394,6 +386,7 @@ def to_train_v1(obj: Any) -> Any:
     v1_cls = _v1_config_classes()[name]
     v1_fields = {f.name for f in dataclasses.fields(v1_cls)}
     deprecated = getattr(sys.modules["ray.train.v2.api.config"], "_DEPRECATED", object())
+    baseline = v2_cls()  # V2's defaults, after its __post_init__
     kwargs = {}
     for field in dataclasses.fields(obj):
         value = getattr(obj, field.name)
@@ -402,14 +395,13 @@ def to_train_v1(obj: Any) -> Any:
         if field.name in v1_fields:
             kwargs[field.name] = to_train_v1(value)
             continue
-        default = _field_default(field)
-        if value is None or (default is not dataclasses.MISSING and value == default):
-            continue
+        if value is None or value == getattr(baseline, field.name, dataclasses.MISSING):
+            continue  # left at its default (as V2's own __post_init__ fills it in)
         raise TrainV2EnabledError(
             f"`{name}({field.name}={value!r})` is a Ray Train V2 setting that the Train "
             f"V1 trainers ray_tt_ext extends cannot honour (this `{name}` is V2's: "
             f"`ray.train` was imported before `ray_tt_ext`). Fix: drop `{field.name}`, "
-            f"or use Ray's V2 trainers (ray_tt_ext.v2) for it."
+            f"or use Ray's Train V2 trainers (outside a Tuner) for it."
         )
     if name == "RunConfig" and kwargs.get("callbacks"):
         raise TrainV2EnabledError(

@@ -448,7 +448,12 @@ class PayloadTooLargeError(TuneError):
         self.limit = limit
 
     def __reduce__(self):
-        return (type(self), (self.args[0], self.report, self.limit))
+        # Ray's dual exception classes (RayTaskError(PayloadTooLargeError)) have a
+        # one-argument __init__: they pickle as this class (Ray Client on 2.40).
+        cls = type(self)
+        if cls.__init__ is not PayloadTooLargeError.__init__:
+            cls = PayloadTooLargeError
+        return (cls, (self.args[0], self.report, self.limit))
 
 
 _FIX_ADVICE = (

@@ -415,6 +415,10 @@ class BaseTrainer(_compat.BaseTrainer):
         # Train V2 config objects (`ray.train` imported before ray_tt_ext) become V1's.
         self.run_config = _compat.to_train_v1(self.run_config)
         self.scaling_config = _compat.to_train_v1(self.scaling_config)
+        params = getattr(self, "_param_dict", {})  # what the coordinator rebuilds from
+        for key in ("run_config", "scaling_config"):
+            if params.get(key) is not None:
+                params[key] = _compat.to_train_v1(params[key])
         _compat.ensure_train_v1(self.run_config, self.scaling_config)
         if _check_remote_executor_flag(self.remote_executor):
             if not isinstance(self, _compat.DataParallelTrainer):

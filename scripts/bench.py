@@ -365,7 +365,8 @@ def _plasma_used_bytes() -> int:
 
     from ray._private.internal_api import memory_summary
 
-    match = re.search(r"Plasma memory usage (\d+) MiB", memory_summary(stats_only=True))
+    summary = memory_summary(address=ray.get_runtime_context().gcs_address, stats_only=True)
+    match = re.search(r"Plasma memory usage (\d+) MiB", summary)
     return int(match.group(1)) * MiB if match else 0
 
 

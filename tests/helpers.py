@@ -282,7 +282,9 @@ def object_store_used_mib(settle_s: float = 10.0, below: Optional[float] = None)
 
     deadline = time.monotonic() + settle_s
     while True:
-        summary = memory_summary(stats_only=True)
+        # This Ray's address: another Ray on the machine would make it ambiguous.
+        address = ray.get_runtime_context().gcs_address
+        summary = memory_summary(address=address, stats_only=True)
         match = re.search(r"Plasma memory usage (\d+) MiB", summary)
         used = float(match.group(1)) if match else 0.0
         if below is None or used < below or time.monotonic() > deadline:

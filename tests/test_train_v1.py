@@ -74,18 +74,13 @@ def test_explicit_zero_is_kept():
 
 
 @needs_train_v2
-@pytest.mark.parametrize("first_call", ["trainer", "tuner"])
-def test_explicit_v2_refuses_a_v1_trainer_with_the_fix(first_call):
-    call = {
-        "trainer": "ray_tt_ext.DataParallelTrainer(lambda: None)",
-        "tuner": "ray_tt_ext.Tuner(ray.train.data_parallel_trainer."
-        "DataParallelTrainer(lambda: None))",
-    }[first_call]
+def test_explicit_v2_refuses_a_v1_trainer_with_the_fix():
+    # (Ray's own V1 trainers cannot even be built with V2 on: Ray refuses them.)
+    call = "ray_tt_ext.DataParallelTrainer(lambda: None)"
     proc = run_script(
         f"""
         import os
         import ray_tt_ext  # importing works; it never overrides an explicit value
-        import ray.train.data_parallel_trainer
         assert os.environ["RAY_TRAIN_V2_ENABLED"] == "1"
         try:
             {call}
