@@ -45,7 +45,7 @@ def _ray_class(name: str) -> type:
             f"ray {_compat.RAY_VERSION} has no {module_name}.{attr}; ray_tt_ext.{name} "
             "needs a Ray release that has it."
         )
-    if not issubclass(ray_cls, _compat.DataParallelTrainer):
+    if not issubclass(ray_cls, _compat.BaseTrainer):
         # ray.train.<framework> bound its Train V2 class.
         _compat.ensure_train_v1()
         raise _compat.TrainV2EnabledError(

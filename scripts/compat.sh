@@ -25,12 +25,12 @@ fi
 venv="${COMPAT_VENV_DIR:-/tmp}/rtt_compat_ray_$version"
 log="$venv.log"
 echo "ray $version: venv $venv, pins: ${pins[*]:-none}"
-if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ray, sys, torch, moto; sys.exit(ray.__version__!='$version')" 2>/dev/null; then
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ray, sys, torch, moto, xgboost; sys.exit(ray.__version__!='$version')" 2>/dev/null; then
   rm -rf "$venv"
   python3 -m venv "$venv" &&
   "$venv/bin/python" -m pip install -q --upgrade pip > "$log" 2>&1 &&
   "$venv/bin/python" -m pip install -q "ray[tune,train,client]==$version" "${pins[@]}" \
-      pytest pytest-timeout hypothesis numpy matplotlib "moto[server]>=5" \
+      pytest pytest-timeout hypothesis numpy matplotlib "moto[server]>=5" "xgboost-cpu>=2" \
       -c constraints/test.txt torch >> "$log" 2>&1 ||
     { echo "ray $version: FAIL (could not install; see $log)"; exit 1; }
 fi

@@ -54,7 +54,12 @@ def ddp_loop(config):
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
-        metrics = {"step": step, "loss": loss.item(), "all_reduced": token.item()}
+        metrics = {
+            "step": step,
+            "loss": loss.item(),
+            "all_reduced": token.item(),
+            f"pid_{rank}": os.getpid(),
+        }
         if rank != 0:
             ray.train.report(metrics)
             continue
@@ -84,13 +89,33 @@ def _tuner(storage_path, name, remote, steps=3, max_failures=0, **config):
     )
 
 
-def _assert_no_workers_left():
+def _assert_no_workers_left(results=()):
+    """No training worker actor, and no worker process (with its process group)."""
     import time
 
+    pids = {
+        int(pid)
+        for result in results
+        for column, values in result.metrics_dataframe.items()
+        if column.startswith("pid_")
+        for pid in values.dropna()
+    }
     deadline = time.monotonic() + 30
-    while alive_actors("RayTrainWorker") or alive_actors("BackendExecutorHost"):
-        assert time.monotonic() < deadline, "training workers still alive after the run"
+    while True:
+        alive = [pid for pid in pids if _process_exists(pid)]
+        actors = alive_actors("RayTrainWorker") + alive_actors("BackendExecutorHost")
+        if not alive and not actors:
+            return
+        assert time.monotonic() < deadline, f"left after the run: {alive}, {actors}"
         time.sleep(0.5)
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
@@ -112,7 +137,7 @@ def test_ddp_over_gloo_through_the_tuner(ray_start_4_cpus, storage_path, remote)
         for r in results
     ]
     assert not torch.equal(weights[0], weights[1])
-    _assert_no_workers_left()
+    _assert_no_workers_left(results)
 
 
 def test_a_killed_worker_resumes_from_its_named_checkpoint(
@@ -137,7 +162,7 @@ def test_a_killed_worker_resumes_from_its_named_checkpoint(
             assert state["step"] == int(name[-3:])
         steps = list(result.metrics_dataframe["step"])
         assert steps[-1] == 3 and 2 in steps
-    _assert_no_workers_left()
+    _assert_no_workers_left(results)
 
 
 def test_torch_trainer_is_rays_with_the_guarantees_and_its_signature():
