@@ -298,10 +298,14 @@ class _TrainCoordinator(FunctionTrainable):
         ``BaseTrainer._generate_trainable_cls``; runs in the trial actor.
         """
         base_config = dict(self._params.get())
-        # run_config is not a hyperparameter: it is not merged.
+        # run_config is not a hyperparameter: it is not merged, and it is passed
+        # back only to a trainer that was given one (a user's own trainer class
+        # may not take it).
+        given_run_config = "run_config" in base_config
         run_config = base_config.pop("run_config", None)
         merged = _compat.deep_update(base_config, self.config, new_keys_allowed=True)
-        merged["run_config"] = run_config
+        if given_run_config:
+            merged["run_config"] = run_config
         scaling_config = _as_scaling_config(
             merged.get("scaling_config") or AirScalingConfig()
         )

@@ -15,6 +15,7 @@ import ray
 import ray.train
 import ray.tune
 import tune_api
+from helpers import RecordingRemoteBackendExecutor
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from ray.train.data_parallel_trainer import DataParallelTrainer as RayDataParallelTrainer
@@ -258,3 +259,64 @@ def test_one_line_hardens_any_data_parallel_trainer_subclass(
     ).fit()
     assert not results.errors
     assert results[0].metrics["n"] == 8_000_000
+
+
+class RemoteUsersTrainer(ray_tt_ext.BaseTrainer, UsersOwnTrainer):
+    """The documented class-level switch: every instance runs the remote executor."""
+
+    remote_executor = True
+
+
+class ConfigurableUsersTrainer(ray_tt_ext.BaseTrainer, UsersOwnTrainer):
+    """The documented per-instance switch, in the user's own constructor."""
+
+    # Records where the executor actor ran (tests only; users keep the default).
+    _remote_backend_executor_cls = RecordingRemoteBackendExecutor
+
+    def __init__(
+        self, train_loop, *, tables=None, scaling_config=None, remote_executor=False
+    ):
+        self.remote_executor = remote_executor
+        super().__init__(train_loop, tables=tables, scaling_config=scaling_config)
+
+
+def pid_loop(config):
+    ray.train.report({"n": float(config["tables"].size)})
+
+
+def test_users_own_subclass_gets_the_remote_executor(ray_start_4_cpus, storage_path):
+    from helpers import (
+        RecordingRemoteBackendExecutor,
+        get_or_create_counter,
+        record,
+        recorded,
+    )
+
+    from ray_tt_ext._compat import BackendExecutor
+
+    scaling = ray.train.ScalingConfig(num_workers=1)
+    assert (
+        RemoteUsersTrainer(noop_loop, tables=np.ones(1))._backend_executor_cls
+        is ray_tt_ext.RemoteBackendExecutor
+    )
+    on = ConfigurableUsersTrainer(noop_loop, tables=np.ones(1), remote_executor=True)
+    off = ConfigurableUsersTrainer(noop_loop, tables=np.ones(1))
+    assert on._backend_executor_cls is RecordingRemoteBackendExecutor
+    assert off._backend_executor_cls is BackendExecutor
+    assert on._param_dict["remote_executor"] is True  # its own signature, recorded
+    with pytest.raises(TypeError, match="remote_executor must be True or False"):
+        ConfigurableUsersTrainer(noop_loop, remote_executor="yes")
+    # Run through a Tuner: the coordinator rebuilds it with the remote executor.
+    get_or_create_counter()
+    record("executor", None)
+    results = ray_tt_ext.Tuner(
+        ConfigurableUsersTrainer(
+            pid_loop, tables=np.ones(10), scaling_config=scaling, remote_executor=True
+        ),
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="users_remote"),
+    ).fit()
+    assert not results.errors
+    assert results[0].metrics["n"] == 10
+    executor = recorded("executor")  # the executor ran in its own zero-CPU actor
+    assert executor is not None and executor["node_id"] == executor["coordinator_node"]
+    assert executor["assigned_resources"].get("CPU", 0) == 0
