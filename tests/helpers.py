@@ -269,6 +269,22 @@ def raising_loop(config: dict[str, Any]) -> None:
     raise ValueError("lr must be positive")
 
 
+def settled_object_store_used_mib(timeout_s: float = 15.0) -> float:
+    """Plasma memory in use once it stops changing (Ray frees objects
+    asynchronously, and earlier tests' objects may still be going)."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    last = object_store_used_mib(settle_s=0)
+    while time.monotonic() < deadline:
+        time.sleep(1.0)
+        now = object_store_used_mib(settle_s=0)
+        if now == last:
+            return now
+        last = now
+    return last
+
+
 def object_store_used_mib(settle_s: float = 10.0, below: Optional[float] = None) -> float:
     """Plasma memory in use on this Ray (MiB), from Ray's memory summary.
 
