@@ -9,7 +9,8 @@ trial's ``StorageContext``, and names the folder ``checkpoint_{index:06d}``.
 training worker), writes them into the reported metrics
 (``checkpoint_dir_name``, ``checkpoint_index``), and the driver's copy adopts
 them from there, so the two cannot drift. On restore the index is reconciled
-with the checkpoint folders already on disk; an existing folder is never
+with the checkpoint folders already in the trial folder (listed once per
+process, never where Tune's driver loop runs); an existing folder is never
 written to again.
 
 Rules (also in the README):
@@ -17,8 +18,11 @@ Rules (also in the README):
 * A rendered name must be one safe path component: not empty, not ``.`` or
   ``..``, no ``/`` or ``\\``, no NUL or other control character, at most 255
   bytes in UTF-8. Otherwise: ``ValueError``, nothing is written.
-* Two checkpoints that render the same name, or a name whose folder already
-  exists in the trial folder: ``ValueError``, nothing is overwritten.
+* Two checkpoints that render the same name: ``ValueError``, nothing is
+  overwritten. A folder already in the trial folder that the trial never
+  recorded (lost progress): with sequential indexing it is skipped; with a
+  metric or callable index a folder matching the template is moved aside
+  intact to ``<name>.unrecorded``; any other is a ``ValueError``.
 * Indices strictly increase; a policy that returns an index not above the
   current one is rejected (``ValueError``).
 * NaN and infinities render as Python spells them: ``nan``, ``inf``, ``-inf``
