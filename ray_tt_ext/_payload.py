@@ -66,22 +66,22 @@ def guarded_by_caller() -> bool:
 
 
 @contextlib.contextmanager
-def caller_guards() -> Iterator[None]:
+def _flag_set(flag: contextvars.ContextVar[bool]) -> Iterator[None]:
+    token = flag.set(True)
+    try:
+        yield
+    finally:
+        flag.reset(token)
+
+
+def caller_guards() -> contextlib.AbstractContextManager[None]:
     """The caller measures the trainable it gets (once, with its own limit)."""
-    token = _GUARDED_BY_CALLER.set(True)
-    try:
-        yield
-    finally:
-        _GUARDED_BY_CALLER.reset(token)
+    return _flag_set(_GUARDED_BY_CALLER)
 
 
-@contextlib.contextmanager
-def registered_view() -> Iterator[None]:
-    token = _MEASURING_REGISTERED.set(True)
-    try:
-        yield
-    finally:
-        _MEASURING_REGISTERED.reset(token)
+def registered_view() -> contextlib.AbstractContextManager[None]:
+    """Measure pending object-store values as the references they become."""
+    return _flag_set(_MEASURING_REGISTERED)
 
 
 # ---------------------------------------------------------------------------
