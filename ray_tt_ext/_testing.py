@@ -47,6 +47,28 @@ def init_local_ray(num_cpus: int, **kwargs):
     )
 
 
+def _wait_for_port(
+    proc: subprocess.Popen, port: int, log: Path, timeout: float, interval: float = 0.2
+) -> None:
+    """Wait until ``proc`` listens on ``port`` on loopback.
+
+    Raises ``RuntimeError`` with ``log`` if the process exits first,
+    ``TimeoutError`` after ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(
+                f"{' '.join(map(str, proc.args[:3]))} exited with {proc.returncode}:\n"
+                + log.read_text()
+            )
+        with socket.socket() as s:
+            if s.connect_ex((LOOPBACK, port)) == 0:
+                return
+        time.sleep(interval)
+    raise TimeoutError(f"port {port} did not open in {timeout} s")
+
+
 class HeadNode:
     """A ``ray start --head --block`` process group on loopback.
 
@@ -92,19 +114,15 @@ class HeadNode:
         return f"{LOOPBACK}:{self.gcs_port}"
 
     def _wait_ready(self, timeout: float = 90.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"ray start exited with {self.proc.returncode}:\n"
-                    + Path(self.temp_dir, "ray_start.log").read_text()
-                )
-            with socket.socket() as s:
-                if s.connect_ex((LOOPBACK, self.client_port)) == 0:
-                    return
-            time.sleep(0.5)
-        self.stop()
-        raise TimeoutError("ray start --head did not open its client port in time")
+        try:
+            _wait_for_port(
+                self.proc, self.client_port, Path(self.temp_dir, "ray_start.log"), timeout
+            )
+        except TimeoutError:
+            self.stop()
+            raise TimeoutError(
+                "ray start --head did not open its client port in time"
+            ) from None
 
     def stop(self) -> None:
         """SIGTERM to `ray start --block` (it drains the node and stops its
@@ -171,19 +189,11 @@ class MotoServer:
         )
 
     def _wait_ready(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(
-                    f"moto.server exited with {self.proc.returncode}:\n"
-                    + Path(self.log.name).read_text()
-                )
-            with socket.socket() as s:
-                if s.connect_ex((LOOPBACK, self.port)) == 0:
-                    return
-            time.sleep(0.2)
-        self.stop()
-        raise TimeoutError("moto.server did not open its port in time")
+        try:
+            _wait_for_port(self.proc, self.port, Path(self.log.name), timeout)
+        except TimeoutError:
+            self.stop()
+            raise TimeoutError("moto.server did not open its port in time") from None
 
     def stop(self) -> None:
         try:
