@@ -4,9 +4,10 @@ Every ``ray.*._internal`` / ``ray._private`` import, every look at Ray's
 version and every decision about Ray Train V2 lives here. Other modules import
 the names below; they never reach into Ray's private modules themselves.
 
-Import order matters: this module is imported first by ``ray_tt_ext``, and it
-settles ``RAY_TRAIN_V2_ENABLED`` *before* it imports ``ray.train`` (see
-:func:`_enable_train_v1_at_import`).
+Importing this module never changes ``RAY_TRAIN_V2_ENABLED``: ``ray_tt_ext``
+(the Train V1 integration) calls :func:`activate_train_v1` before it imports
+this module for the first public name taken from it, and ``ray_tt_ext.v2``
+never does (see ``ray_tt_ext/__init__.py``).
 """
 
 from __future__ import annotations
@@ -22,34 +23,15 @@ from collections.abc import Iterator
 from typing import Any
 
 # ---------------------------------------------------------------------------
-# Train V1 enablement. Must run before anything below imports ``ray.train``.
+# Ray imports (never before the caller has settled the variable).
 # ---------------------------------------------------------------------------
-
-#: The environment variable Ray reads to pick Train V1 ("0") or V2 ("1").
-V2_ENV_VAR = "RAY_TRAIN_V2_ENABLED"
-
-
-def _enable_train_v1_at_import() -> None:
-    """The package's one deliberate import-time effect.
-
-    With ``RAY_TRAIN_V2_ENABLED`` unset, set it to ``0`` so that this process
-    and every Ray process it starts (Tune copies the variable into trial
-    actors, whose workers inherit it) run Train V1, which ray_tt_ext extends.
-    An explicit value is never overridden; :func:`ensure_train_v1` turns it
-    into a clear error at the first ray_tt_ext call instead.
-    """
-    os.environ.setdefault(V2_ENV_VAR, "0")
-
-
-_enable_train_v1_at_import()
-
-# ---------------------------------------------------------------------------
-# Ray imports (after the flag is settled).
-# ---------------------------------------------------------------------------
-
 import ray
 import ray.cloudpickle as ray_cloudpickle
 from packaging.version import Version
+
+# Train V1 activation lives in ``_env`` (it must run before this module imports
+# ``ray.train``, so it cannot live here); re-exported for the other modules.
+from ray_tt_ext._env import V2_ENV_VAR, activate_train_v1, train_v1_activated_by  # noqa: F401
 
 RAY_VERSION = Version(ray.__version__)
 #: Oldest Ray release this package supports (inclusive).
@@ -88,7 +70,7 @@ def check_ray_version(version: Version = RAY_VERSION) -> None:
 
 check_ray_version()
 
-import ray.train  # noqa: F401  (V1 or V2 namespace, as settled above)
+import ray.train  # noqa: F401  (V1 or V2 namespace, as the variable says now)
 import ray.tune
 from ray._private import ray_constants as _ray_constants
 from ray._private import worker as _ray_worker
@@ -311,9 +293,9 @@ def train_v2_enabled() -> bool:
 
 
 _FIX = (
-    f"set {V2_ENV_VAR}=0 in the environment before Python starts "
-    f"(`export {V2_ENV_VAR}=0`), or `import ray_tt_ext` before anything from "
-    f"`ray.train` and leave {V2_ENV_VAR} unset."
+    f"leave {V2_ENV_VAR} unset (ray_tt_ext then sets it to 0 when its first name is "
+    f"taken, e.g. `from ray_tt_ext import Tuner`) or `export {V2_ENV_VAR}=0` before "
+    "Python starts."
 )
 
 
@@ -411,6 +393,84 @@ def to_train_v1(obj: Any) -> Any:
     return v1_cls(**kwargs)
 
 
+class TrainV2DisabledError(RuntimeError):
+    """``ray_tt_ext.v2`` was used where Ray Train V2 is off (or absent)."""
+
+
+#: The first Ray release that turns Train V2 on by default (ray_tt_ext.v2's floor).
+MIN_TRAIN_V2_RAY_VERSION = Version("2.51.0")
+
+
+def ensure_train_v2(what: str) -> None:
+    """Fail fast, with the fix, when ``ray_tt_ext.v2`` is used without Train V2.
+
+    Runs where a ``ray_tt_ext.v2`` trainer or Tuner is built (driver, or the
+    Tune trial actor that builds a V2 trainer).
+    """
+    if RAY_VERSION.release < MIN_TRAIN_V2_RAY_VERSION.release:
+        raise UnsupportedRayVersionError(
+            f"{what} needs ray>={MIN_TRAIN_V2_RAY_VERSION} (Ray Train V2 by default); "
+            f"ray=={RAY_VERSION} is installed. Fix: pip install "
+            f"'ray[tune,train]>={MIN_TRAIN_V2_RAY_VERSION},<{MAX_RAY_VERSION}', or use "
+            "the Train V1 integration (`from ray_tt_ext import Tuner, ...`)."
+        )
+    if train_v2_enabled():
+        return
+    by = train_v1_activated_by()
+    cause = (
+        f"ray_tt_ext set it when `{by}` was first used in this process: the top-level "
+        "`ray_tt_ext` names are the Train V1 integration. Fix: take every name from "
+        "`ray_tt_ext.v2` in a Train V2 process (it has Tuner, CheckpointConfig, "
+        "inspect_payload and the errors too)."
+        if by
+        else f"Fix: unset {V2_ENV_VAR} (Train V2 is Ray's default) or set it to 1."
+    )
+    raise TrainV2DisabledError(
+        f"{what} runs on Ray Train V2, but Train V2 is off in this process "
+        f"({V2_ENV_VAR}={os.environ.get(V2_ENV_VAR)}). {cause}"
+    )
+
+
+def train_v2_api() -> Any:
+    """Ray Train V2's classes and worker hooks that ``ray_tt_ext.v2`` builds on.
+
+    Imported on demand (``ray_tt_ext.v2`` imports them; the V1 integration
+    never does). Checked on Ray 2.60; ``ray_tt_ext.v2`` refuses Ray < 2.51.
+    ``DistributedTrainFnUtils`` is what ``ray.train.report`` and friends call
+    on a training worker (Ray: "this class can be patched if new user APIs
+    behaviors is wanted"); ``set_train_fn_utils`` installs one.
+    """
+    import types
+
+    from ray.train.v2._internal.execution.context import get_train_context
+    from ray.train.v2._internal.execution.train_fn_utils import (
+        DistributedTrainFnUtils,
+        get_train_fn_utils,
+        set_train_fn_utils,
+    )
+    from ray.train.v2.api.config import CheckpointConfig, RunConfig, ScalingConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.train.v2.api.report_config import CheckpointConsistencyMode
+
+    return types.SimpleNamespace(
+        CheckpointConfig=CheckpointConfig,
+        CheckpointConsistencyMode=CheckpointConsistencyMode,
+        DataParallelTrainer=DataParallelTrainer,
+        DistributedTrainFnUtils=DistributedTrainFnUtils,
+        RunConfig=RunConfig,
+        ScalingConfig=ScalingConfig,
+        get_train_context=get_train_context,
+        get_train_fn_utils=get_train_fn_utils,
+        set_train_fn_utils=set_train_fn_utils,
+    )
+
+
+def is_train_v2_trainer(obj: Any) -> bool:
+    """Whether ``obj`` is a Ray Train V2 trainer (never imports Train V2 itself)."""
+    module = sys.modules.get("ray.train.v2.api.data_parallel_trainer")
+    return module is not None and isinstance(obj, module.DataParallelTrainer)
+
+
 def train_v1_runtime_env_vars() -> dict[str, str]:
     """Env vars a remote process needs to run Train V1 code."""
     return {V2_ENV_VAR: "0"}
@@ -469,10 +529,14 @@ __all__ = [
     "StartTracebackWithWorkerRank",
     "StorageContext",
     "TrainBackendError",
+    "TrainV2DisabledError",
     "TrainV2EnabledError",
     "TunerInternal",
     "V2_ENV_VAR",
     "ensure_train_v1",
+    "ensure_train_v2",
+    "is_train_v2_trainer",
+    "train_v2_api",
     "to_train_v1",
     "grpc_max_message_bytes",
     "ray_cloudpickle",

@@ -19,11 +19,23 @@ from typing import Any
 from ray_tt_ext import _compat
 from ray_tt_ext._trainer import BaseTrainer, _check_remote_executor_flag
 
-#: name -> (Ray module, Ray class, the package it needs, the pip extra)
+#: name -> (the Ray module defining the V1 class, the class, the package it
+#: needs, the pip extra). The defining module, not ``ray.train.<framework>``,
+#: whose name is bound to Train V2's class if it was imported while V2 was on.
 FRAMEWORKS = {
-    "TorchTrainer": ("ray.train.torch", "TorchTrainer", "torch", "torch"),
-    "XGBoostTrainer": ("ray.train.xgboost", "XGBoostTrainer", "xgboost", "xgboost"),
-    "LightGBMTrainer": ("ray.train.lightgbm", "LightGBMTrainer", "lightgbm", "lightgbm"),
+    "TorchTrainer": ("ray.train.torch.torch_trainer", "TorchTrainer", "torch", "torch"),
+    "XGBoostTrainer": (
+        "ray.train.xgboost.xgboost_trainer",
+        "XGBoostTrainer",
+        "xgboost",
+        "xgboost",
+    ),
+    "LightGBMTrainer": (
+        "ray.train.lightgbm.lightgbm_trainer",
+        "LightGBMTrainer",
+        "lightgbm",
+        "lightgbm",
+    ),
 }
 
 _BUILT: dict[str, type] = {}
@@ -45,13 +57,12 @@ def _ray_class(name: str) -> type:
             f"ray {_compat.RAY_VERSION} has no {module_name}.{attr}; ray_tt_ext.{name} "
             "needs a Ray release that has it."
         )
-    if not issubclass(ray_cls, _compat.BaseTrainer):
-        # ray.train.<framework> bound its Train V2 class.
-        _compat.ensure_train_v1()
-        raise _compat.TrainV2EnabledError(
-            f"{module_name}.{attr} is Ray Train V2's class in this process "
-            f"({_compat.V2_ENV_VAR}=0 was set after {module_name} was imported). "
-            f"Fix: import ray_tt_ext before {module_name}."
+    if not issubclass(
+        ray_cls, _compat.BaseTrainer
+    ):  # pragma: no cover - a Ray layout change
+        raise ImportError(
+            f"{module_name}.{attr} is not a Ray Train V1 trainer in ray "
+            f"{_compat.RAY_VERSION}; ray_tt_ext.{name} needs Ray's V1 class."
         )
     return ray_cls
 

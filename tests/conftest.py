@@ -29,9 +29,21 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")] if p
 )
 
+#: The Train stack this pytest session tests. Train V1 and Train V2 cannot share
+#: a process (Ray reads RAY_TRAIN_V2_ENABLED when ray.train is imported), so
+#: tests/v2 runs in a session of its own: scripts/pytest_sessions.py runs both.
+TRAIN_STACK = os.environ.get("RAY_TT_EXT_TEST_TRAIN", "v1")
+if TRAIN_STACK == "v2":
+    collect_ignore = [p.name for p in TESTS_DIR.glob("test_*.py")]
+else:
+    collect_ignore = ["v2"]
+
 import ray  # noqa: E402
 
-import ray_tt_ext  # noqa: E402,F401  (sets RAY_TRAIN_V2_ENABLED=0 first)
+import ray_tt_ext  # noqa: E402  (changes nothing by itself)
+
+if TRAIN_STACK != "v2":
+    ray_tt_ext.Tuner  # noqa: B018  the first name taken turns Train V1 on, before any Ray starts
 from ray_tt_ext._testing import (  # noqa: E402
     S3_ENV,
     HeadNode,

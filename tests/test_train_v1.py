@@ -35,19 +35,23 @@ def run_script(
     )
 
 
-def test_import_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_path):
+def test_first_name_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_path):
     proc = run_script(
         f"""
         import os
         import ray_tt_ext
-        print("ENV", os.environ["RAY_TRAIN_V2_ENABLED"])
-        import ray, ray.train
+        print("IMPORT", os.environ.get("RAY_TRAIN_V2_ENABLED"))  # changes nothing
+        import ray
+        # Ray starts before the first ray_tt_ext name: its processes never saw
+        # the variable; Tune carries it into the trial actors.
+        ray.init(address="local", num_cpus=2, include_dashboard=False)
         from ray_tt_ext import Tuner, DataParallelTrainer
+        print("ENV", os.environ["RAY_TRAIN_V2_ENABLED"])
+        import ray.train
 
         def loop(config):
             ray.train.report({{"ok": 1}})
 
-        ray.init(address="local", num_cpus=2, include_dashboard=False)
         trainer = DataParallelTrainer(
             loop, scaling_config=ray.train.ScalingConfig(num_workers=1),
             run_config=ray.train.RunConfig(storage_path={str(tmp_path)!r}, name="new_user"),
@@ -59,6 +63,7 @@ def test_import_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_path):
         {},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "IMPORT None" in proc.stdout
     assert "ENV 0" in proc.stdout
     assert "ERROR None" in proc.stdout
     assert "OK 1" in proc.stdout
@@ -215,3 +220,25 @@ def test_ray_train_imported_first_still_works_with_v1_objects(tmp_path):
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ERROR None" in proc.stdout
+
+
+@needs_v2_default
+def test_framework_trainers_after_ray_bound_its_v2_trainer_names():
+    pytest.importorskip("torch")
+    proc = run_script(
+        """
+        from ray import train, tune
+        import ray.train.torch  # bound to Train V2's TorchTrainer: the variable unset
+        from ray.train.torch.torch_trainer import TorchTrainer as V1TorchTrainer
+        import ray_tt_ext
+        print("RAY", ray.train.torch.TorchTrainer.__module__)
+        trainer = ray_tt_ext.TorchTrainer(
+            lambda: None, scaling_config=train.ScalingConfig(num_workers=1)
+        )
+        print("OURS", isinstance(trainer, V1TorchTrainer), type(trainer.scaling_config).__module__)
+        """,
+        {},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "RAY ray.train.v2.torch.torch_trainer" in proc.stdout, proc.stdout
+    assert "OURS True ray.air.config" in proc.stdout, proc.stdout
