@@ -382,6 +382,8 @@ def inspect_payload(
 
     Args:
         obj: Anything picklable: a trainable, a function, a trainer, a dict.
+            A Ray Train V2 trainer is measured by what its ``fit()`` sends
+            to the controller: its training function and ``train_loop_config``.
         name: How to call ``obj`` at the start of each path (default: its
             ``__qualname__`` or type name).
         min_bytes: Parts smaller than this are folded into their parent
@@ -394,6 +396,11 @@ def inspect_payload(
     Raises:
         Whatever pickling ``obj`` raises (e.g. ``TypeError`` for a lock).
     """
+    if _compat.is_train_v2_trainer(obj):
+        # A Train V2 trainer: measure what its fit() sends to the controller.
+        from ray_tt_ext._train_v2 import v2_payload
+
+        name, obj = name or type(obj).__name__, v2_payload(obj)
     root = name or _root_name(obj)
     total = _pickled_size(obj)
     threshold = min_bytes if min_bytes is not None else max(1024, total // 1000)
@@ -537,14 +544,26 @@ def _not_serializable_error(what: str, obj: Any, error: BaseException) -> TypeEr
     )
 
 
+_TUNE_REGISTERS = "Tune would register it in the GCS in one gRPC message (limit {grpc})"
+
+
 def check_registered_payload(
-    trainable: Any, *, what: str, limit: Optional[int] = None, name: Optional[str] = None
+    trainable: Any,
+    *,
+    what: str,
+    limit: Optional[int] = None,
+    name: Optional[str] = None,
+    sent_as: str = _TUNE_REGISTERS,
+    advice: str = _FIX_ADVICE,
 ) -> PayloadReport:
     """Measure what Tune will register for ``trainable``; raise if it is too large.
 
     Runs on the driver (or in Ray Client's remote Tuner actor) before the
     trainable is registered. Parameters pending for the object store are
     measured as the references they become.
+
+    ``sent_as`` says how the payload travels (``{grpc}`` is the gRPC limit)
+    and ``advice`` how to shrink it; both name the Tune path by default.
 
     Raises:
         PayloadTooLargeError: the payload is over ``limit``.
@@ -562,10 +581,9 @@ def check_registered_payload(
     if report.total_bytes > resolved:
         raise PayloadTooLargeError(
             f"{what} is {format_bytes(report.total_bytes)} when pickled, over the "
-            f"payload limit of {format_bytes(resolved)} ({resolved} bytes); Tune "
-            f"would register it in the GCS in one gRPC message (limit "
-            f"{format_bytes(GRPC_MAX_MESSAGE_BYTES)}). Largest parts:\n"
-            f"{report.format(top=5)}\n{_FIX_ADVICE}",
+            f"payload limit of {format_bytes(resolved)} ({resolved} bytes); "
+            f"{sent_as.format(grpc=format_bytes(GRPC_MAX_MESSAGE_BYTES))}. Largest "
+            f"parts:\n{report.format(top=5)}\n{advice}",
             report=report,
             limit=resolved,
         )
@@ -576,6 +594,6 @@ def check_registered_payload(
             format_bytes(report.total_bytes),
             format_bytes(_compat.FUNCTION_SIZE_WARN_THRESHOLD),
             report.format(top=5),
-            _FIX_ADVICE,
+            advice,
         )
     return report

@@ -254,26 +254,32 @@ class CheckpointConfig(_compat.TuneCheckpointConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        index = self.checkpoint_index
-        if not callable(index) and not (isinstance(index, str) and index):
-            raise ValueError(
-                f"checkpoint_index must be 'sequential', a metric name, or a callable "
-                f"(current_index, metrics) -> int; got {index!r}."
-            )
-        name = self.checkpoint_dir_name
-        if callable(name):
-            return
-        if not isinstance(name, str):
-            raise ValueError(
-                "checkpoint_dir_name must be a str.format template or a callable "
-                f"(index, metrics) -> str; got {name!r}."
-            )
-        template_fields(name)  # syntax check
-        if "/" in name or "\\" in name:
-            raise ValueError(
-                f"checkpoint_dir_name template {name!r} contains a path separator; "
-                "a checkpoint folder must be one path component in the trial folder."
-            )
+        validate_policy(self.checkpoint_index, self.checkpoint_dir_name)
+
+
+def validate_policy(index: Any, name: Any) -> None:
+    """Check a ``checkpoint_index`` / ``checkpoint_dir_name`` pair when it is configured.
+
+    Shared by :class:`CheckpointConfig` and ``ray_tt_ext.v2.CheckpointConfig``.
+    """
+    if not callable(index) and not (isinstance(index, str) and index):
+        raise ValueError(
+            f"checkpoint_index must be 'sequential', a metric name, or a callable "
+            f"(current_index, metrics) -> int; got {index!r}."
+        )
+    if callable(name):
+        return
+    if not isinstance(name, str):
+        raise ValueError(
+            "checkpoint_dir_name must be a str.format template or a callable "
+            f"(index, metrics) -> str; got {name!r}."
+        )
+    template_fields(name)  # syntax check
+    if "/" in name or "\\" in name:
+        raise ValueError(
+            f"checkpoint_dir_name template {name!r} contains a path separator; "
+            "a checkpoint folder must be one path component in the trial folder."
+        )
 
 
 # ---------------------------------------------------------------------------

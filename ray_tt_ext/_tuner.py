@@ -183,21 +183,24 @@ class _ClientTunerInternal(_TunerInternal):
         _TunerInternal.__init__(self, **kwargs)
 
 
-def _remote_tuner_internal_cls():
+def _remote_tuner_internal_cls(train_v1: bool):
     """The Ray Client Tuner actor class (client).
 
     Replaces Ray's ``_force_on_current_node(ray.remote(num_cpus=0)(TunerInternal))``
-    in ``Tuner.__init__``/``Tuner.restore`` (Ray 2.40 .. 2.60). The actor's
-    environment enables Train V1, which Tune then copies into every trial actor.
+    in ``Tuner.__init__``/``Tuner.restore`` (Ray 2.40 .. 2.60). For the V1
+    integration the actor's environment enables Train V1, which Tune then
+    copies into every trial actor; ``ray_tt_ext.v2.Tuner`` leaves the
+    cluster's default.
     """
+    env_vars = _compat.train_v1_runtime_env_vars() if train_v1 else {}
     return ray.remote(_ClientTunerInternal).options(
         num_cpus=0,
-        runtime_env={"env_vars": _compat.train_v1_runtime_env_vars()},
+        runtime_env={"env_vars": env_vars},
         **_compat.force_on_current_node_options(),
     )
 
 
-def _start_remote_tuner_internal(kwargs: dict[str, Any]) -> Any:
+def _start_remote_tuner_internal(kwargs: dict[str, Any], train_v1: bool = True) -> Any:
     """Create the Ray Client Tuner actor and build it; raise its errors here (client).
 
     A function or class trainable is measured here first, on the client,
@@ -213,7 +216,7 @@ def _start_remote_tuner_internal(kwargs: dict[str, Any]) -> Any:
             what=f"The trainable `{Experiment.get_trainable_name(trainable)}`",
             limit=kwargs.get("payload_limit"),
         )
-    actor = _remote_tuner_internal_cls().remote()
+    actor = _remote_tuner_internal_cls(train_v1).remote()
     try:
         ray.get(actor.build.remote(kwargs))
     except ray.exceptions.RayTaskError as e:
@@ -240,9 +243,9 @@ class Tuner(ray.tune.Tuner):
             experiment only. Not needed for ``ray_tt_ext.CheckpointConfig``.
 
     Function and class trainables work whatever the Train version; a V1
-    trainer needs Train V1 (``import ray_tt_ext`` turns it on when the variable
-    is unset). A Train V2 ``RunConfig`` (``ray.train`` imported first) is
-    converted to Tune's.
+    trainer needs Train V1 (the first name taken from ``ray_tt_ext`` turns it
+    on when the variable is unset). A Train V2 ``RunConfig`` (``ray.train``
+    imported first) is converted to Tune's.
 
     Raises:
         PayloadTooLargeError: on construction, ``fit()`` or ``restore()``,
@@ -264,6 +267,8 @@ class Tuner(ray.tune.Tuner):
         _entrypoint: AirEntrypoint = AirEntrypoint.TUNER,
     ):
         self._is_ray_client = _is_ray_client()
+        if _tuner_internal is None:
+            self._check_trainable(trainable)
         if _tuner_internal is not None:
             if self._is_ray_client:
                 self._remote_tuner = _tuner_internal
@@ -285,9 +290,25 @@ class Tuner(ray.tune.Tuner):
             _entrypoint=_entrypoint,
         )
         if self._is_ray_client:
-            self._remote_tuner = _start_remote_tuner_internal(kwargs)
+            self._remote_tuner = _start_remote_tuner_internal(kwargs, self._TRAIN_V1)
         else:
             self._local_tuner = _TunerInternal(**kwargs)
+
+    #: This Tuner belongs to the Train V1 integration (see ``ray_tt_ext.v2.Tuner``).
+    _TRAIN_V1 = True
+
+    @classmethod
+    def _check_trainable(cls, trainable: Any) -> None:
+        """Refuse what this Tuner cannot run, with the fix (driver or client)."""
+        if _compat.is_train_v2_trainer(trainable):
+            raise TypeError(
+                f"`{type(trainable).__name__}` is a Ray Train V2 trainer, which is not a "
+                "Tune trainable (Ray 2.51+ deprecates Tuner(trainer)). Fix: tune a "
+                "function that builds the trainer and calls fit(), with "
+                "ray.tune.integration.ray_train.TuneReportCallback in its RunConfig "
+                "callbacks, under ray_tt_ext.v2.Tuner; or use ray_tt_ext's V1 "
+                "trainers with ray_tt_ext.Tuner."
+            )
 
     @classmethod
     def restore(
@@ -309,6 +330,7 @@ class Tuner(ray.tune.Tuner):
         The trainable (or trainer) is converted once. ``payload_limit`` and
         ``storage_context_cls`` as in the constructor.
         """
+        cls._check_trainable(trainable)
         if isinstance(trainable, BaseTrainer):
             _compat.ensure_train_v1()
         resume = ray.tune.ResumeConfig.ResumeType
@@ -331,7 +353,7 @@ class Tuner(ray.tune.Tuner):
             storage_context_cls=storage_context_cls,
         )
         if _is_ray_client():
-            internal = _start_remote_tuner_internal(kwargs)
+            internal = _start_remote_tuner_internal(kwargs, cls._TRAIN_V1)
         else:
             internal = _TunerInternal(**kwargs)
         return cls(_tuner_internal=internal)

@@ -1,0 +1,434 @@
+"""The four guarantees on Ray's default Train V2 stack (``ray_tt_ext.v2``).
+
+Imported only through ``ray_tt_ext.v2``, which refuses Ray < 2.51; never
+touches ``RAY_TRAIN_V2_ENABLED``.
+
+Where each piece runs:
+
+* :class:`CheckpointConfig` is built on the driver and travels inside Ray's
+  ``RunConfig`` to the controller and the training workers.
+* ``_V2TrainerMixin.fit`` measures what the trainer sends to its controller
+  (driver, or the Tune trial actor that builds the trainer) and
+  ``_get_train_func`` wraps the training function.
+* :class:`_PolicyTrainFn` runs on every training worker: before the user's
+  loop starts it installs :class:`_NamingTrainFnUtils`, the object behind
+  ``ray.train.report`` there, which names (rank 0) and checks (every rank)
+  each checkpoint folder before Ray writes anything.
+
+Naming rules, the V1 rules carried over (see ``_storage``):
+
+* A name is one safe path component (``validate_dir_name``), whether the
+  policy renders it or ``ray.train.report(checkpoint_dir_name=...)`` gives
+  it: otherwise ``ValueError`` on every rank, before anything is written.
+* Rank 0's name is the one Ray uses (it broadcasts it). When rank 0 reports a
+  checkpoint, its name is checked against the run folder (listed once per
+  worker process) and the names used so far: a name this run recorded is a
+  ``ValueError`` (Ray would merge two checkpoints into one folder); a folder
+  nobody recorded (lost progress of a crashed attempt) is moved aside intact
+  to ``<name>.unrecorded`` with a warning; sequential indexing skips past
+  folders on disk, so the index continues after worker or controller
+  restarts and when a run is resumed under the same name.
+* With ``ray_tt_ext.v2.CheckpointConfig`` and no explicit name, the policy
+  names the checkpoint (``checkpoint_{index:06d}`` by default); without it,
+  Ray's timestamp names stay.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+from collections.abc import Callable
+from typing import Any, Optional
+
+from ray_tt_ext import _compat
+from ray_tt_ext._payload import check_registered_payload
+from ray_tt_ext._storage import (
+    DEFAULT_DIR_NAME_TEMPLATE,
+    SEQUENTIAL,
+    IndexPolicy,
+    NamePolicy,
+    _list_dirs,
+    _move_dir,
+    _note_written,
+    index_pattern,
+    next_index,
+    render_dir_name,
+    validate_dir_name,
+    validate_policy,
+)
+from ray_tt_ext._tuner import Tuner as _V1Tuner
+
+logger = logging.getLogger("ray_tt_ext")
+
+_V2 = _compat.train_v2_api()
+
+
+# ---------------------------------------------------------------------------
+# CheckpointConfig
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class CheckpointConfig(_V2.CheckpointConfig):
+    """Ray Train V2's ``CheckpointConfig`` plus checkpoint indexing and naming.
+
+    Args:
+        checkpoint_index: ``"sequential"`` (0, 1, 2, ... over the checkpoints
+            rank 0 reports), the name of a reported metric whose integer value
+            is the index (e.g. ``"epoch"``), or
+            ``callable(current_index, metrics) -> int``. Indices must strictly
+            increase.
+        checkpoint_dir_name: a ``str.format`` template over ``index`` and rank
+            0's reported metrics (default ``"checkpoint_{index:06d}"``), or
+            ``callable(index, metrics) -> str``. Must render one safe path
+            component.
+
+    All other fields are Ray's (``num_to_keep`` keeps the highest indices:
+    Ray keeps the latest, and indices grow with every checkpoint).
+    """
+
+    checkpoint_index: IndexPolicy = SEQUENTIAL
+    checkpoint_dir_name: NamePolicy = DEFAULT_DIR_NAME_TEMPLATE
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        validate_policy(self.checkpoint_index, self.checkpoint_dir_name)
+
+
+# ---------------------------------------------------------------------------
+# Naming on the training workers
+# ---------------------------------------------------------------------------
+
+
+class _RunFolder:
+    """Rank 0's naming state for one run folder, in one worker process."""
+
+    def __init__(self, fs: Any, path: str, policy: Optional[CheckpointConfig]):
+        self.fs, self.path, self.policy = fs, path, policy
+        self.current = -1
+        self.used: set[str] = set()
+        self.lock = threading.Lock()
+        self._listed = False
+
+    def existing(self) -> set[str]:
+        """The folders in the run folder (listed once per process) plus this run's."""
+        try:
+            names = _list_dirs(self.fs, self.path)
+        except Exception as e:
+            raise OSError(
+                f"Could not list the run folder {self.path} to check for existing "
+                f"checkpoint folders ({type(e).__name__}: {e}); refusing to save a "
+                "checkpoint that could overwrite one. Nothing was written. Fix: check "
+                "that the storage is reachable and readable from every node."
+            ) from e
+        if not self._listed:
+            self._listed = True
+            self._continue_after(names)
+        return names | self.used
+
+    def _continue_after(self, names: set[str]) -> None:
+        """Sequential index: continue after the highest index on disk."""
+        policy = self.policy
+        if policy is None or policy.checkpoint_index != SEQUENTIAL:
+            return
+        if not isinstance(policy.checkpoint_dir_name, str):
+            return
+        pattern = index_pattern(policy.checkpoint_dir_name)
+        if pattern is None:
+            return
+        indices = [int(m.group("index")) for m in map(pattern.match, names) if m]
+        if indices:
+            self.current = max(self.current, max(indices))
+
+    def name(self, metrics: dict[str, Any], explicit: Optional[str]) -> Optional[str]:
+        """The folder for rank 0's checkpoint; ``None`` leaves Ray's default name."""
+        with self.lock:
+            existing = self.existing()
+            if explicit is not None:
+                name = explicit
+                if name in self.used:
+                    raise ValueError(self._reused(name, "was already used by this run"))
+                if name in existing:
+                    self._clear_the_way(name, existing)
+            elif self.policy is None:
+                return None
+            else:
+                name = self._policy_name(metrics, existing)
+            self.used.add(name)
+            _note_written(self.path, name)
+            return name
+
+    def _policy_name(self, metrics: dict[str, Any], existing: set[str]) -> str:
+        policy = self.policy
+        index = next_index(policy.checkpoint_index, self.current, metrics)
+        name = render_dir_name(policy.checkpoint_dir_name, index, metrics)
+        if policy.checkpoint_index == SEQUENTIAL:
+            while name in existing:  # skip past folders on disk
+                index += 1
+                name = render_dir_name(policy.checkpoint_dir_name, index, metrics)
+        elif name in self.used:
+            raise ValueError(
+                self._reused(name, f"was rendered again (index {index})")
+                + " Fix: put '{index}' (or a metric that changes with every checkpoint) "
+                "in checkpoint_dir_name."
+            )
+        elif name in existing:
+            self._clear_the_way(name, existing)
+        self.current = index
+        return name
+
+    def _reused(self, name: str, how: str) -> str:
+        return (
+            f"Checkpoint folder name {name!r} {how}: Ray would write this checkpoint "
+            f"into the folder of an earlier one ({self.path}/{name}), merging the two. "
+            "Nothing was written. Fix: give every checkpoint its own name, or leave "
+            "checkpoint_dir_name unset and let ray_tt_ext.v2.CheckpointConfig name it."
+        )
+
+    def _clear_the_way(self, name: str, existing: set[str]) -> None:
+        """A folder at ``name`` that this run did not write in this process.
+
+        A checkpoint the run recorded (Ray's reported checkpoints, restored
+        after a restart or a resume): ``ValueError``. Anything else is lost
+        progress: moved aside, intact, to ``<name>.unrecorded[-n]``.
+        """
+        recorded = _recorded_checkpoint_names()
+        if name in recorded:
+            raise ValueError(self._reused(name, "names a checkpoint this run recorded"))
+        target, n = f"{name}.unrecorded", 1
+        while target in existing:
+            n += 1
+            target = f"{name}.unrecorded-{n}"
+        src, dst = f"{self.path}/{name}", f"{self.path}/{target}"
+        _move_dir(self.fs, src, dst)
+        existing.discard(name)
+        existing.add(target)
+        logger.warning(
+            "Checkpoint folder %s was written by an earlier attempt of this run but "
+            "never recorded (lost progress); this checkpoint takes its name. Moved it, "
+            "intact, to %s.",
+            src,
+            dst,
+        )
+
+
+def _recorded_checkpoint_names() -> set[str]:
+    """Folder names of the checkpoints Ray recorded for this run (worker -> controller)."""
+    context = _V2.get_train_context()
+    reported = context.get_all_reported_checkpoints(
+        consistency_mode=_V2.CheckpointConsistencyMode.COMMITTED
+    )
+    return {r.checkpoint.path.rstrip("/").rsplit("/", 1)[-1] for r in reported}
+
+
+_FOLDERS: dict[str, _RunFolder] = {}
+_FOLDERS_LOCK = threading.Lock()
+
+
+def _run_folder(context: Any) -> _RunFolder:
+    storage = context.get_storage()
+    path = storage.experiment_fs_path
+    policy = context.train_run_context.run_config.checkpoint_config
+    if not isinstance(policy, CheckpointConfig):
+        policy = None
+    with _FOLDERS_LOCK:
+        folder = _FOLDERS.get(path)
+        if folder is None:
+            folder = _FOLDERS[path] = _RunFolder(storage.storage_filesystem, path, policy)
+        return folder
+
+
+class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
+    """What ``ray.train.report`` calls on a training worker, with safe names.
+
+    Extends Ray Train V2's ``DistributedTrainFnUtils.report`` (installed by
+    :class:`_PolicyTrainFn` with ``set_train_fn_utils``); runs on every
+    training worker, in the thread of the user's training loop.
+    """
+
+    def report(
+        self,
+        metrics: dict[str, Any],
+        checkpoint: Optional[Any] = None,
+        checkpoint_dir_name: Optional[str] = None,
+        **kwargs: Any,
+    ) -> None:
+        if checkpoint_dir_name is not None:
+            validate_dir_name(checkpoint_dir_name)  # every rank, before any I/O
+        context = _V2.get_train_context()
+        if context.get_world_rank() == 0 and checkpoint is not None:
+            checkpoint_dir_name = _run_folder(context).name(
+                dict(metrics), checkpoint_dir_name
+            )
+        return super().report(
+            metrics,
+            checkpoint=checkpoint,
+            checkpoint_dir_name=checkpoint_dir_name,
+            **kwargs,
+        )
+
+
+class _PolicyTrainFn:
+    """The training function a ray_tt_ext.v2 trainer sends: Ray's, plus safe names.
+
+    Built on the driver by ``_V2TrainerMixin._get_train_func``; called on every
+    training worker, where it installs :class:`_NamingTrainFnUtils` (Ray has
+    just installed its own ``DistributedTrainFnUtils`` there) and runs the
+    user's loop.
+    """
+
+    def __init__(self, train_fn: Callable[[], Any]):
+        self._train_fn = train_fn
+
+    def __call__(self) -> Any:
+        current = _V2.get_train_fn_utils()
+        if type(current) is _V2.DistributedTrainFnUtils:
+            _V2.set_train_fn_utils(_NamingTrainFnUtils())
+        return self._train_fn()
+
+
+# ---------------------------------------------------------------------------
+# Trainers
+# ---------------------------------------------------------------------------
+
+_V2_SENDS = (
+    "a Ray Train V2 trainer sends it to its controller actor, which passes it to "
+    "every training worker (one gRPC message carries at most {grpc})"
+)
+_V2_ADVICE = (
+    "Fix: pass large objects through the object store instead of capturing them: "
+    "`datasets=` for data, or `ref = ray.put(obj)` on the driver, the ref in "
+    "`train_loop_config`, and `ray.get(ref)` inside the training function."
+)
+
+
+def v2_payload(trainer: Any) -> dict[str, Any]:
+    """What a V2 trainer sends to its controller that it may have captured:
+    the training function and ``train_loop_config``."""
+    return {
+        "train_loop_per_worker": trainer.train_loop_per_worker,
+        "train_loop_config": trainer.train_loop_config,
+    }
+
+
+class _V2TrainerMixin:
+    """The ray_tt_ext.v2 half of ``DataParallelTrainer`` and ``TorchTrainer``."""
+
+    #: Largest payload (bytes) ``fit()`` sends; ``None``: the guard's default
+    #: (``RAY_TT_EXT_PAYLOAD_LIMIT``, else Ray's).
+    payload_limit: Optional[int] = None
+
+    def _validate_configs(self) -> None:
+        """Refuse a process without Train V2 with the fix, then Ray's checks.
+
+        Extends Ray Train V2's ``DataParallelTrainer._validate_configs``
+        (called by its constructor); runs where the trainer is built.
+        """
+        _compat.ensure_train_v2(f"ray_tt_ext.v2.{type(self).__name__}")
+        super()._validate_configs()
+
+    def _get_train_func(self) -> Callable[[], Any]:
+        """Ray's training function, wrapped to name checkpoints safely on the workers.
+
+        Overrides Ray Train V2's ``DataParallelTrainer._get_train_func``; runs
+        where ``fit()`` is called (driver, or a Tune trial actor).
+        """
+        return _PolicyTrainFn(super()._get_train_func())
+
+    def fit(self) -> Any:
+        """Measure the payload, then Ray's ``fit()``.
+
+        Extends Ray Train V2's ``DataParallelTrainer.fit``; runs where it is
+        called (driver, or a Tune trial actor), before anything is sent.
+
+        Raises:
+            PayloadTooLargeError: the training function and
+                ``train_loop_config`` are over the payload limit.
+        """
+        check_registered_payload(
+            v2_payload(self),
+            what=f"What {type(self).__name__} sends to its controller",
+            name=type(self).__name__,
+            limit=self.payload_limit,
+            sent_as=_V2_SENDS,
+            advice=_V2_ADVICE,
+        )
+        return super().fit()
+
+
+class DataParallelTrainer(_V2TrainerMixin, _V2.DataParallelTrainer):
+    """Ray Train V2's ``DataParallelTrainer`` with safe checkpoint names and a
+    payload guard. Same constructor as Ray's."""
+
+
+_TORCH: list[type] = []
+_TORCH_LOCK = threading.Lock()
+
+
+def torch_trainer() -> type:
+    """``ray_tt_ext.v2.TorchTrainer``, built the first time it is named (imports torch)."""
+    with _TORCH_LOCK:
+        if not _TORCH:
+            try:
+                from ray.train.v2.torch.torch_trainer import TorchTrainer as RayTorchTrainer
+            except ImportError as e:
+                raise ImportError(
+                    f"ray_tt_ext.v2.TorchTrainer needs torch, which could not be "
+                    f"imported ({e}). Fix: pip install 'ray-tt-ext[torch]'."
+                ) from e
+
+            class TorchTrainer(_V2TrainerMixin, RayTorchTrainer):
+                """Ray Train V2's ``TorchTrainer`` with safe checkpoint names and a
+                payload guard. Same constructor as Ray's."""
+
+            TorchTrainer.__module__ = "ray_tt_ext.v2"  # pickled by reference there
+            TorchTrainer.__qualname__ = "TorchTrainer"
+            _TORCH.append(TorchTrainer)
+        return _TORCH[0]
+
+
+# ---------------------------------------------------------------------------
+# Tuner
+# ---------------------------------------------------------------------------
+
+
+class Tuner(_V1Tuner):
+    """``ray_tt_ext.Tuner`` for a Train V2 process: reachable without turning V1 on.
+
+    Same arguments as ``ray_tt_ext.Tuner``. Runs function and class trainables
+    with the payload guard and the checkpoint policy; Ray's Tune + Train V2
+    pattern (a function that builds a V2 trainer with ``TuneReportCallback``
+    and calls ``fit()``) runs under it as documented. Under Ray Client its
+    Tuner actor keeps the cluster's Train version.
+
+    Raises:
+        TrainV2DisabledError: Train V2 is off in this process.
+        TypeError: a Train V1 trainer (use ``ray_tt_ext.Tuner``), or a V2
+            trainer given directly (tune a function that fits it).
+    """
+
+    _TRAIN_V1 = False
+
+    @classmethod
+    def _check_trainable(cls, trainable: Any) -> None:
+        """Extends ``ray_tt_ext.Tuner._check_trainable``: Train V2 only (driver or client)."""
+        _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
+        if isinstance(trainable, _compat.BaseTrainer):
+            raise TypeError(
+                f"`{type(trainable).__name__}` is a Ray Train V1 trainer; "
+                "ray_tt_ext.v2.Tuner runs Tune trainables on Ray's Train V2 stack. Fix: "
+                "tune a function that builds a ray_tt_ext.v2 trainer and calls fit(), "
+                "or run V1 trainers with ray_tt_ext.Tuner in a process with "
+                f"{_compat.V2_ENV_VAR}=0."
+            )
+        super()._check_trainable(trainable)
+
+
+__all__ = [
+    "CheckpointConfig",
+    "DataParallelTrainer",
+    "Tuner",
+    "torch_trainer",
+    "v2_payload",
+]

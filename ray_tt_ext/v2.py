@@ -1,0 +1,78 @@
+"""ray_tt_ext for Ray's default Train V2 stack (Ray >= 2.51).
+
+``import ray_tt_ext.v2`` never changes ``RAY_TRAIN_V2_ENABLED``, and nothing
+here needs Train V1. It offers:
+
+* :class:`DataParallelTrainer` and ``TorchTrainer`` (torch loaded on first
+  use): Ray's V2 trainers, whose checkpoint folders are named by
+  :class:`CheckpointConfig` and checked (path-safe, never an existing or
+  already-used folder, also for ``ray.train.report(checkpoint_dir_name=...)``),
+  and whose ``fit()`` measures what it sends to the controller first;
+* :class:`CheckpointConfig`: V2's, plus ``checkpoint_index`` and
+  ``checkpoint_dir_name`` with the V1 meaning;
+* :class:`Tuner`: the drop-in Tuner, for function and class trainables and
+  Ray's Tune + Train V2 pattern;
+* the payload inspector and the errors, so that a V2 program never needs a
+  top-level ``ray_tt_ext`` name (taking one turns Train V1 on).
+
+V2's controller actor already runs the training loop away from the driver
+(it is Ray's own remote executor), so ``remote_executor`` does not apply.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ray_tt_ext._compat import (
+    TrainV2DisabledError,
+    TrainV2EnabledError,
+    UnsupportedRayVersionError,
+    ensure_train_v2,
+)
+from ray_tt_ext._payload import (
+    GRPC_MAX_MESSAGE_BYTES,
+    PayloadReport,
+    PayloadTooLargeError,
+    inspect_payload,
+)
+
+if TYPE_CHECKING:
+    from ray_tt_ext._train_v2 import CheckpointConfig, DataParallelTrainer, Tuner
+
+#: Names that need Ray >= 2.51's Train V2 classes: loaded on first use.
+_V2_NAMES = ("CheckpointConfig", "DataParallelTrainer", "TorchTrainer", "Tuner")
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _V2_NAMES:
+        raise AttributeError(f"module 'ray_tt_ext.v2' has no attribute {name!r}")
+    from ray_tt_ext import _compat
+
+    if _compat.RAY_VERSION.release < _compat.MIN_TRAIN_V2_RAY_VERSION.release:
+        ensure_train_v2(f"ray_tt_ext.v2.{name}")  # raises UnsupportedRayVersionError
+    from ray_tt_ext import _train_v2
+
+    value = (
+        _train_v2.torch_trainer() if name == "TorchTrainer" else getattr(_train_v2, name)
+    )
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_V2_NAMES})
+
+
+# TorchTrainer is public but not in __all__: a star import would import torch.
+__all__ = [
+    "CheckpointConfig",
+    "DataParallelTrainer",
+    "GRPC_MAX_MESSAGE_BYTES",
+    "PayloadReport",
+    "PayloadTooLargeError",
+    "TrainV2DisabledError",
+    "TrainV2EnabledError",
+    "Tuner",
+    "UnsupportedRayVersionError",
+    "inspect_payload",
+]

@@ -1,0 +1,326 @@
+"""ray_tt_ext.v2 on Ray's default Train V2 stack: names, restarts, guard, Tuner.
+
+Every fit here runs real Ray Train V2 (controller actor, worker group) on the
+session's local Ray, with ``RAY_TRAIN_V2_ENABLED`` unset as users have it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import ray
+import ray.train
+import ray.tune
+from v2_loops import epochs_loop, read_state, torch_loop, tune_fn
+
+import ray_tt_ext.v2 as v2
+
+pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
+
+
+def folders(run_dir: str) -> list[str]:
+    return sorted(n for n in os.listdir(run_dir) if os.path.isdir(os.path.join(run_dir, n)))
+
+
+def make_trainer(
+    storage_path, name, config, *, checkpoint_config=None, workers=2, retries=0
+):
+    return v2.DataParallelTrainer(
+        epochs_loop,
+        train_loop_config=config,
+        scaling_config=ray.train.ScalingConfig(num_workers=workers),
+        run_config=ray.train.RunConfig(
+            name=name,
+            storage_path=storage_path,
+            checkpoint_config=checkpoint_config or v2.CheckpointConfig(),
+            failure_config=ray.train.FailureConfig(max_failures=retries),
+        ),
+    )
+
+
+def test_sequential_names_and_num_to_keep_by_index(storage_path):
+    trainer = make_trainer(
+        storage_path,
+        "seq",
+        {"epochs": 4, "sharded": True},
+        checkpoint_config=v2.CheckpointConfig(num_to_keep=2),
+    )
+    result = trainer.fit()
+    run_dir = os.path.join(storage_path, "seq")
+    assert folders(run_dir) == ["checkpoint_000002", "checkpoint_000003"]
+    assert os.path.basename(result.checkpoint.path) == "checkpoint_000003"
+    # Both ranks uploaded into the one folder rank 0 named.
+    assert sorted(os.listdir(os.path.join(run_dir, "checkpoint_000003"))) == [
+        "shard-1.json",
+        "state.json",
+    ]
+    assert read_state(os.path.join(run_dir, "checkpoint_000003"))["epoch"] == 3
+
+
+def test_index_continues_after_a_worker_restart_and_a_resumed_run(storage_path, tmp_path):
+    config = {"epochs": 4, "fail_at": 2, "marker": str(tmp_path / "failed_once")}
+    make_trainer(storage_path, "restart", config, retries=1).fit()
+    assert os.path.exists(config["marker"])  # the first attempt did fail
+    run_dir = os.path.join(storage_path, "restart")
+    # Epochs 0-1, the failure, then 2-5 from the restored checkpoint: no index twice.
+    expected = [f"checkpoint_{i:06d}" for i in range(6)]
+    assert folders(run_dir) == expected
+    assert [read_state(os.path.join(run_dir, n))["epoch"] for n in expected] == list(
+        range(6)
+    )
+
+    # The same run name again: Ray resumes it; the index continues, nothing is overwritten.
+    make_trainer(storage_path, "restart", {"epochs": 2}).fit()
+    assert folders(run_dir) == [f"checkpoint_{i:06d}" for i in range(8)]
+    assert [
+        read_state(os.path.join(run_dir, f"checkpoint_{i:06d}"))["epoch"] for i in range(8)
+    ] == list(range(8))
+
+
+def test_metric_index_template_and_lost_progress_moved_aside(storage_path):
+    run_dir = os.path.join(storage_path, "metric")
+    lost = os.path.join(run_dir, "epoch_001-loss_0.50")
+    os.makedirs(lost)
+    with open(os.path.join(lost, "lost.txt"), "w") as f:
+        f.write("progress of a crashed attempt")
+    policy = v2.CheckpointConfig(
+        checkpoint_index="epoch", checkpoint_dir_name="epoch_{index:03d}-loss_{loss:.2f}"
+    )
+    make_trainer(
+        storage_path, "metric", {"epochs": 3}, checkpoint_config=policy, workers=1
+    ).fit()
+    assert folders(run_dir) == [
+        "epoch_000-loss_1.00",
+        "epoch_001-loss_0.50",
+        "epoch_001-loss_0.50.unrecorded",
+        "epoch_002-loss_0.33",
+    ]
+    assert read_state(lost)["epoch"] == 1  # the new checkpoint took the name
+    with open(os.path.join(lost + ".unrecorded", "lost.txt")) as f:
+        assert f.read() == "progress of a crashed attempt"  # moved aside, intact
+
+
+def test_a_reused_explicit_name_is_an_error_and_nothing_is_merged(storage_path):
+    trainer = make_trainer(
+        storage_path, "reuse", {"epochs": 2, "names": {"0": "same", "1": "same"}}
+    )
+    with pytest.raises(Exception, match="'same' was already used by this run"):
+        trainer.fit()
+    same = os.path.join(storage_path, "reuse", "same")
+    assert os.listdir(same) == ["state.json"]
+    assert read_state(same)["epoch"] == 0  # the first checkpoint, not merged into
+
+
+def test_an_explicit_name_outside_the_run_folder_writes_nothing(storage_path):
+    # Ray's own V2 trainer writes this checkpoint to <storage>/outside, then fails.
+    trainer = make_trainer(
+        storage_path, "escape", {"epochs": 1, "names": {"0": "../outside"}}
+    )
+    with pytest.raises(Exception, match="contains a path separator"):
+        trainer.fit()
+    assert not os.path.exists(os.path.join(storage_path, "outside"))
+    assert folders(os.path.join(storage_path, "escape")) == []
+
+
+def test_payload_guard_names_the_culprit_before_anything_is_sent(storage_path):
+    weights = np.zeros(2_000_000)  # 16 MB in train_loop_config
+    trainer = make_trainer(storage_path, "big", {"epochs": 1, "weights": weights})
+    trainer.payload_limit = 1_000_000
+    with pytest.raises(v2.PayloadTooLargeError) as info:
+        trainer.fit()
+    culprit = "DataParallelTrainer['train_loop_config']['weights']"
+    assert info.value.report.contributors[0].path == culprit
+    assert "controller" in str(info.value)
+    assert not os.path.exists(os.path.join(storage_path, "big"))  # no controller ran
+    assert v2.inspect_payload(trainer).contributors[0].path == culprit
+
+
+def test_cli_measures_a_v2_trainer_by_what_it_sends(tmp_path):
+    (tmp_path / "job.py").write_text(
+        textwrap.dedent(
+            """
+            import numpy as np
+            import ray.train
+            import ray_tt_ext.v2 as v2
+
+            def loop(config):
+                pass
+
+            trainer = v2.DataParallelTrainer(
+                loop,
+                train_loop_config={"weights": np.zeros(2_000_000)},
+                scaling_config=ray.train.ScalingConfig(num_workers=1),
+            )
+            """
+        )
+    )
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "ray_tt_ext",
+            "inspect",
+            "job:trainer",
+            "--limit",
+            "1000000",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr[-3000:]  # over the limit
+    assert "DataParallelTrainer['train_loop_config']['weights']" in proc.stdout
+
+
+def test_rays_tune_and_train_v2_pattern_runs_under_the_v2_tuner(storage_path):
+    tuner = v2.Tuner(
+        tune_fn,
+        param_space={"lr": ray.tune.grid_search([0.1, 0.2]), "storage_path": storage_path},
+        run_config=ray.tune.RunConfig(storage_path=storage_path, name="tune"),
+    )
+    results = tuner.fit()
+    assert not results.errors
+    assert sorted(r.metrics["lr"] for r in results) == [0.1, 0.2]
+    assert {r.metrics["v2"] for r in results} == {1}  # Train V2 ran in the trials
+    assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None  # left as the user has it
+
+
+def test_v2_tuner_guards_and_refuses_a_trainer_given_directly(storage_path):
+    weights = np.zeros(2_000_000)
+
+    def big(config):
+        ray.tune.report({"m": float(weights.mean())})
+
+    with pytest.raises(v2.PayloadTooLargeError) as info:
+        v2.Tuner(big, payload_limit=1_000_000)
+    assert info.value.report.contributors[0].path.endswith(".weights")
+    trainer = make_trainer(storage_path, "direct", {"epochs": 1})
+    with pytest.raises(TypeError, match="TuneReportCallback"):
+        v2.Tuner(trainer)
+
+
+def test_torch_trainer_names_checkpoints(storage_path):
+    pytest.importorskip("torch")
+    trainer = v2.TorchTrainer(
+        torch_loop,
+        train_loop_config={"epochs": 2},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        run_config=ray.train.RunConfig(
+            name="torch",
+            storage_path=storage_path,
+            checkpoint_config=v2.CheckpointConfig(checkpoint_dir_name="model-{index:03d}"),
+        ),
+    )
+    result = trainer.fit()
+    assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
+    run_dir = os.path.join(storage_path, "torch")
+    assert folders(run_dir) == ["model-000", "model-001"]
+    assert os.listdir(os.path.join(run_dir, "model-001")) == ["model.pt"]
+
+
+def run_script(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_importing_and_using_v2_never_touches_the_variable():
+    proc = run_script(
+        """
+        import os
+        import ray_tt_ext.v2 as v2
+        from ray_tt_ext.v2 import *  # noqa
+        v2.TorchTrainer, v2.Tuner, v2.CheckpointConfig(num_to_keep=1)
+        import ray.train
+        from ray.train.v2.api.config import RunConfig
+        print("ENV", os.environ.get("RAY_TRAIN_V2_ENABLED"), ray.train.RunConfig is RunConfig)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ENV None True" in proc.stdout
+
+
+def test_v2_after_the_v1_integration_turned_v1_on_names_the_cause():
+    proc = run_script(
+        """
+        from ray_tt_ext import Tuner  # the V1 integration: turns Train V1 on
+        import ray_tt_ext.v2 as v2
+        try:
+            v2.DataParallelTrainer(lambda: None)
+        except v2.TrainV2DisabledError as e:
+            print("ERROR", e)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ERROR" in proc.stdout, proc.stdout
+    assert "`ray_tt_ext.Tuner`" in proc.stdout
+    assert "ray_tt_ext.v2" in proc.stdout
+
+
+def test_names_on_s3_skip_a_folder_already_there(s3_server):
+    import pyarrow.fs
+
+    fs = s3_server.filesystem()
+    # A folder at the first name, written by someone else: never written to.
+    with fs.open_output_stream("bucket/v2s3/run/checkpoint_000000/theirs.txt") as f:
+        f.write(b"not ours")
+    trainer = v2.DataParallelTrainer(
+        epochs_loop,
+        train_loop_config={"epochs": 2},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(
+            name="run",
+            storage_path="bucket/v2s3",
+            storage_filesystem=fs,
+            checkpoint_config=v2.CheckpointConfig(),
+        ),
+    )
+    result = trainer.fit()
+    infos = fs.get_file_info(pyarrow.fs.FileSelector("bucket/v2s3/run"))
+    names = sorted(i.base_name for i in infos if i.type == pyarrow.fs.FileType.Directory)
+    assert names == ["checkpoint_000000", "checkpoint_000001", "checkpoint_000002"]
+    with fs.open_input_stream("bucket/v2s3/run/checkpoint_000000/theirs.txt") as f:
+        assert f.read() == b"not ours"
+    assert result.checkpoint.path == "bucket/v2s3/run/checkpoint_000002"
+
+
+def test_the_v2_surface_extends_rays_v2_classes():
+    from ray.train.v2.api.config import CheckpointConfig as RayCheckpointConfig
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as RayTrainer
+    from ray.train.v2.torch.torch_trainer import TorchTrainer as RayTorchTrainer
+
+    from ray_tt_ext import _compat, _payload
+
+    assert set(v2.__all__) == {
+        "CheckpointConfig",
+        "DataParallelTrainer",
+        "GRPC_MAX_MESSAGE_BYTES",
+        "PayloadReport",
+        "PayloadTooLargeError",
+        "TrainV2DisabledError",
+        "TrainV2EnabledError",
+        "Tuner",
+        "UnsupportedRayVersionError",
+        "inspect_payload",
+    }
+    assert issubclass(v2.DataParallelTrainer, RayTrainer)
+    assert issubclass(v2.TorchTrainer, RayTorchTrainer)
+    assert issubclass(v2.CheckpointConfig, RayCheckpointConfig)
+    assert issubclass(v2.Tuner, ray.tune.Tuner)
+    assert v2.PayloadTooLargeError is _payload.PayloadTooLargeError
+    assert v2.TrainV2DisabledError is _compat.TrainV2DisabledError
+    with pytest.raises(ValueError, match="path separator"):
+        v2.CheckpointConfig(checkpoint_dir_name="a/{index}")

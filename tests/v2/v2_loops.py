@@ -1,0 +1,90 @@
+"""Training loops for the Train V2 tests, importable by name on Ray's workers."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+
+import ray.train
+
+
+def _checkpoint(payload: dict, filename: str) -> ray.train.Checkpoint:
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, filename), "w") as f:
+        json.dump(payload, f)
+    return ray.train.Checkpoint.from_directory(d)
+
+
+def read_state(path: str) -> dict:
+    with open(os.path.join(path, "state.json")) as f:
+        return json.load(f)
+
+
+def epochs_loop(config: dict) -> None:
+    """Report ``epochs`` checkpoints, continuing after the one restored; every
+    rank reports the same metrics, each writes its own file (sharded)."""
+    start = 0
+    restored = ray.train.get_checkpoint()
+    if restored is not None:
+        with restored.as_directory() as d:
+            start = read_state(d)["epoch"] + 1
+    rank = ray.train.get_context().get_world_rank()
+    for epoch in range(start, start + config["epochs"]):
+        if config.get("fail_at") == epoch and not os.path.exists(config["marker"]):
+            open(config["marker"], "w").close()
+            raise RuntimeError(f"worker failure at epoch {epoch}")
+        # Rank 0 writes state.json; with "sharded", every other rank adds its file.
+        filename = "state.json" if rank == 0 else f"shard-{rank}.json"
+        ckpt = _checkpoint({"epoch": epoch, "rank": rank}, filename)
+        ray.train.report(
+            {"epoch": epoch, "loss": 1.0 / (epoch + 1)},
+            checkpoint=ckpt if (rank == 0 or config.get("sharded")) else None,
+            checkpoint_dir_name=config.get("names", {}).get(str(epoch)),
+        )
+
+
+def v2_enabled_loop(config: dict) -> None:
+    from ray.train.v2._internal.constants import is_v2_enabled
+
+    ray.train.report({"v2": int(is_v2_enabled()), "lr": config["lr"]})
+
+
+def tune_fn(config: dict) -> None:
+    """Ray's documented Tune + Train V2 pattern: a Tune function fits a V2 trainer."""
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    import ray_tt_ext.v2 as v2
+
+    trainer = v2.DataParallelTrainer(
+        v2_enabled_loop,
+        train_loop_config={"lr": config["lr"]},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(
+            name=f"train_lr{config['lr']}",
+            storage_path=config["storage_path"],
+            callbacks=[TuneReportCallback()],
+        ),
+    )
+    trainer.fit()
+
+
+def torch_loop(config: dict) -> None:
+    """DDP on gloo: all-reduce a tensor, save the model with torch.save."""
+    import ray.train.torch
+    import torch
+    import torch.distributed as dist
+
+    model = ray.train.torch.prepare_model(torch.nn.Linear(4, 1))
+    for epoch in range(config["epochs"]):
+        total = torch.tensor([float(ray.train.get_context().get_world_rank() + 1)])
+        dist.all_reduce(total)
+        d = tempfile.mkdtemp()
+        if ray.train.get_context().get_world_rank() == 0:
+            torch.save(model.state_dict(), os.path.join(d, "model.pt"))
+        ray.train.report(
+            {"epoch": epoch, "allreduce": float(total.item())},
+            checkpoint=ray.train.Checkpoint.from_directory(d)
+            if ray.train.get_context().get_world_rank() == 0
+            else None,
+        )
