@@ -3,8 +3,9 @@
 #   scripts/compat.sh RAY_VERSION [pytest args...]     e.g. scripts/compat.sh 2.40.0
 #   scripts/compat.sh --install-only RAY_VERSION       only make the venv (CI does
 #                                                      this while other jobs run)
-# Default pytest args: tests (the whole regression suite, the `large` runs over
-# the 512 MiB gRPC limit included: they are seed 001's canary).
+# Runs the whole regression suite (scripts/pytest_sessions.py: tests/ for Train V1,
+# then tests/v2 for Train V2; the `large` runs over the 512 MiB gRPC limit
+# included: they are seed 001's canary); pytest args (-k, -m, --basetemp=...) go to both.
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
 # Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Prints one
 # verdict line last; exit 0 on PASS.
@@ -41,11 +42,10 @@ if [ "$install_only" -eq 1 ]; then
   echo "ray $version: installed in $venv"
   exit 0
 fi
-[ $# -gt 0 ] || set -- tests
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
-"$venv/bin/python" -m pytest -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
+"$venv/bin/python" scripts/pytest_sessions.py -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
 status=${PIPESTATUS[0]}
-summary="$(grep -E '[0-9]+ (passed|failed)' "$venv.pytest.log" | tail -1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+summary="$(grep -E '^== both sessions: ' "$venv.pytest.log" | tail -1 | sed 's/^== both sessions: //;s/ ==$//')"
 if [ "$status" -eq 0 ]; then
   echo "ray $version: PASS ($summary)"
 else
