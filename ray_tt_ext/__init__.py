@@ -3,17 +3,20 @@
 Two front doors, one package:
 
 * ``ray_tt_ext`` (this module) is the Train V1 integration: ``Tuner(trainer)``
-  with ray_tt_ext's trainers. The first public name taken from it (``from
-  ray_tt_ext import Tuner``, ``ray_tt_ext.DataParallelTrainer``, ...) sets
-  ``RAY_TRAIN_V2_ENABLED=0`` when the variable is unset, before anything of
-  Ray Train is imported: its one deliberate effect on the process (see the
-  README). ``import ray_tt_ext`` alone changes nothing.
+  with ray_tt_ext's trainers. The first of its Train V1 names taken
+  (``Tuner``, the trainers, ``RemoteBackendExecutor``, ``StorageContext``)
+  sets ``RAY_TRAIN_V2_ENABLED=0`` when the variable is unset, before anything
+  of Ray Train is imported: its one deliberate effect on the process (see the
+  README). ``import ray_tt_ext`` alone changes nothing, and neither do the
+  neutral names (``CheckpointConfig``, Tune's; ``inspect_payload``,
+  ``PayloadReport``, ``GRPC_MAX_MESSAGE_BYTES`` and the errors), which a
+  Train V2 program may use.
 * ``ray_tt_ext.v2`` is the integration for Ray's default Train V2 stack; it
   never touches the variable (importing it runs this file, which imports
   nothing of Ray).
 
 Every public name is loaded on first use (PEP 562), so that the variable is
-settled before the module behind the name imports ``ray.train``.
+settled before the module behind a Train V1 name imports ``ray.train``.
 """
 
 from __future__ import annotations
@@ -53,6 +56,16 @@ _EXPORTS = {
     "UnsupportedRayVersionError": "_compat",
     "inspect_payload": "_payload",
 }
+#: The names whose first use turns Train V1 on (the others are neutral).
+_TRAIN_V1_NAMES = frozenset(
+    {
+        "BaseTrainer",
+        "DataParallelTrainer",
+        "RemoteBackendExecutor",
+        "StorageContext",
+        "Tuner",
+    }
+)
 #: Framework trainers, built on first use (``import ray_tt_ext`` never imports
 #: torch, xgboost or lightgbm).
 _LAZY_TRAINERS = ("LightGBMTrainer", "TorchTrainer", "XGBoostTrainer")
@@ -61,10 +74,11 @@ _LAZY_TRAINERS = ("LightGBMTrainer", "TorchTrainer", "XGBoostTrainer")
 def __getattr__(name: str) -> Any:
     if name not in _EXPORTS and name not in _LAZY_TRAINERS:
         raise AttributeError(f"module 'ray_tt_ext' has no attribute {name!r}")
-    # Before the module behind the name imports ray.train (V1 names bound).
-    from ray_tt_ext._env import activate_train_v1
+    if name in _TRAIN_V1_NAMES or name in _LAZY_TRAINERS:
+        # Before the module behind the name imports ray.train (V1 names bound).
+        from ray_tt_ext._env import activate_train_v1
 
-    activate_train_v1(by=f"ray_tt_ext.{name}")
+        activate_train_v1(by=f"ray_tt_ext.{name}")
     if name in _LAZY_TRAINERS:
         from ray_tt_ext import _frameworks
 

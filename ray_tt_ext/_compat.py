@@ -321,7 +321,7 @@ def ensure_train_v1(*objects: Any) -> None:
             name = type(obj).__name__
             raise TrainV2EnabledError(
                 f"Got a Ray Train V2 `{name}`. It comes from `from ray.train import "
-                f"{name}` run before `import ray_tt_ext` while {V2_ENV_VAR} was unset, "
+                f"{name}` run before the first `ray_tt_ext` name while {V2_ENV_VAR} was unset, "
                 f"so `ray.train` bound its Train V2 classes. ray_tt_ext's trainers "
                 f"convert it for you; Ray's own V1 trainers need the V1 class. Fix: "
                 f"use a ray_tt_ext trainer, or `ray.tune.{name}`/`ray.air.config.{name}`, "
@@ -352,7 +352,7 @@ def _v1_config_classes() -> dict[str, type]:
 def to_train_v1(obj: Any) -> Any:
     """A Train V2 config object as its Train V1 class, field by field; else ``obj``.
 
-    ``from ray import train`` before ``import ray_tt_ext`` (the variable still
+    ``from ray import train`` before the first ``ray_tt_ext`` name (the variable still
     unset on Ray 2.51+) binds ``train.RunConfig``, ``ScalingConfig``,
     ``CheckpointConfig`` and ``FailureConfig`` to Train V2's classes. Their
     common fields carry over (nested configs too); a V2-only setting that V1
@@ -382,7 +382,7 @@ def to_train_v1(obj: Any) -> Any:
         raise TrainV2EnabledError(
             f"`{name}({field.name}={value!r})` is a Ray Train V2 setting that the Train "
             f"V1 trainers ray_tt_ext extends cannot honour (this `{name}` is V2's: "
-            f"`ray.train` was imported before `ray_tt_ext`). Fix: drop `{field.name}`, "
+            f"`ray.train` was imported before Train V1 was turned on). Fix: drop `{field.name}`, "
             f"or use Ray's Train V2 trainers (outside a Tuner) for it."
         )
     if name == "RunConfig" and kwargs.get("callbacks"):
@@ -442,16 +442,27 @@ def train_v2_api() -> Any:
     """
     import types
 
-    from ray.train.v2._internal.execution.context import get_train_context
-    from ray.train.v2._internal.execution.train_fn_utils import (
-        DistributedTrainFnUtils,
-        get_train_fn_utils,
-        set_train_fn_utils,
-    )
-    from ray.train.v2.api.config import CheckpointConfig, RunConfig, ScalingConfig
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
-    from ray.train.v2.api.report_config import CheckpointConsistencyMode
+    try:
+        from ray.train.v2._internal.execution.context import get_train_context
+        from ray.train.v2._internal.execution.train_fn_utils import (
+            DistributedTrainFnUtils,
+            get_train_fn_utils,
+            set_train_fn_utils,
+        )
+        from ray.train.v2.api.config import CheckpointConfig, RunConfig, ScalingConfig
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    except ImportError as e:  # a Ray whose Train V2 lacks what ray_tt_ext.v2 extends
+        raise UnsupportedRayVersionError(
+            f"ray_tt_ext.v2 extends Ray Train V2 internals that ray=={RAY_VERSION} "
+            f"does not have ({e}). Fix: pip install "
+            f"'ray[tune,train]>={MIN_TRAIN_V2_RAY_VERSION},<{MAX_RAY_VERSION}' (tested: "
+            "docs/compatibility.md), or use the Train V1 integration."
+        ) from e
 
+    try:  # newer than some Rays with Train V2 by default
+        from ray.train.v2.api.report_config import CheckpointConsistencyMode
+    except ImportError:
+        CheckpointConsistencyMode = None
     return types.SimpleNamespace(
         CheckpointConfig=CheckpointConfig,
         CheckpointConsistencyMode=CheckpointConsistencyMode,

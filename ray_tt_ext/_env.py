@@ -19,8 +19,8 @@ _ACTIVATED_BY: list[str] = []
 def activate_train_v1(by: str) -> None:
     """Turn Train V1 on for this process if ``RAY_TRAIN_V2_ENABLED`` is unset.
 
-    Called by ``ray_tt_ext.__getattr__`` (driver) the first time a public
-    name of the V1 integration is taken (``from ray_tt_ext import Tuner``),
+    Called by ``ray_tt_ext.__getattr__`` (driver) the first time a Train V1
+    name of the package is taken (``from ray_tt_ext import Tuner``),
     before the module behind it imports ``ray.train``. Sets the variable to
     ``0``: Ray's V1 trainers check it when they are built, ``ray.train``
     binds its V1 names if it is imported after, and Tune copies it into every

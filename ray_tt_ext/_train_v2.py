@@ -41,9 +41,13 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
+import pyarrow.fs
+
 from ray_tt_ext import _compat
 from ray_tt_ext._payload import check_registered_payload
 from ray_tt_ext._storage import (
+    _LISTINGS,
+    _LISTINGS_LOCK,
     DEFAULT_DIR_NAME_TEMPLATE,
     SEQUENTIAL,
     IndexPolicy,
@@ -84,8 +88,9 @@ class CheckpointConfig(_V2.CheckpointConfig):
             ``callable(index, metrics) -> str``. Must render one safe path
             component.
 
-    All other fields are Ray's (``num_to_keep`` keeps the highest indices:
-    Ray keeps the latest, and indices grow with every checkpoint).
+    All other fields are Ray's (without ``checkpoint_score_attribute``,
+    ``num_to_keep`` keeps the highest indices: Ray keeps the latest, and
+    indices grow with every checkpoint).
     """
 
     checkpoint_index: IndexPolicy = SEQUENTIAL
@@ -143,6 +148,8 @@ class _RunFolder:
 
     def name(self, metrics: dict[str, Any], explicit: Optional[str]) -> Optional[str]:
         """The folder for rank 0's checkpoint; ``None`` leaves Ray's default name."""
+        if explicit is None and self.policy is None:
+            return None  # Ray's own (timestamp) name: nothing to decide or list
         with self.lock:
             existing = self.existing()
             if explicit is not None:
@@ -151,8 +158,6 @@ class _RunFolder:
                     raise ValueError(self._reused(name, "was already used by this run"))
                 if name in existing:
                     self._clear_the_way(name, existing)
-            elif self.policy is None:
-                return None
             else:
                 name = self._policy_name(metrics, existing)
             self.used.add(name)
@@ -164,16 +169,18 @@ class _RunFolder:
         index = next_index(policy.checkpoint_index, self.current, metrics)
         name = render_dir_name(policy.checkpoint_dir_name, index, metrics)
         if policy.checkpoint_index == SEQUENTIAL:
-            while name in existing:  # skip past folders on disk
-                index += 1
-                name = render_dir_name(policy.checkpoint_dir_name, index, metrics)
-        elif name in self.used:
+            while name in existing:  # skip past folders on disk...
+                following = render_dir_name(policy.checkpoint_dir_name, index + 1, metrics)
+                if following == name:  # ...while the name changes with the index
+                    break
+                index, name = index + 1, following
+        if name in self.used:
             raise ValueError(
                 self._reused(name, f"was rendered again (index {index})")
                 + " Fix: put '{index}' (or a metric that changes with every checkpoint) "
                 "in checkpoint_dir_name."
             )
-        elif name in existing:
+        if name in existing:
             self._clear_the_way(name, existing)
         self.current = index
         return name
@@ -189,10 +196,18 @@ class _RunFolder:
     def _clear_the_way(self, name: str, existing: set[str]) -> None:
         """A folder at ``name`` that this run did not write in this process.
 
-        A checkpoint the run recorded (Ray's reported checkpoints, restored
-        after a restart or a resume): ``ValueError``. Anything else is lost
-        progress: moved aside, intact, to ``<name>.unrecorded[-n]``.
+        Gone since it was listed (Ray's ``num_to_keep`` deleted it): the name
+        is free. A checkpoint the run recorded (Ray's reported checkpoints,
+        restored after a restart or a resume): ``ValueError``. Anything else
+        is lost progress: moved aside, intact, to ``<name>.unrecorded[-n]``.
         """
+        if (
+            self.fs.get_file_info(f"{self.path}/{name}").type
+            == pyarrow.fs.FileType.NotFound
+        ):
+            _forget(self.path, name)
+            existing.discard(name)
+            return
         recorded = _recorded_checkpoint_names()
         if name in recorded:
             raise ValueError(self._reused(name, "names a checkpoint this run recorded"))
@@ -216,10 +231,20 @@ class _RunFolder:
 def _recorded_checkpoint_names() -> set[str]:
     """Folder names of the checkpoints Ray recorded for this run (worker -> controller)."""
     context = _V2.get_train_context()
-    reported = context.get_all_reported_checkpoints(
-        consistency_mode=_V2.CheckpointConsistencyMode.COMMITTED
-    )
+    if _V2.CheckpointConsistencyMode is None:  # Ray without consistency modes
+        reported = context.get_all_reported_checkpoints()
+    else:
+        reported = context.get_all_reported_checkpoints(
+            consistency_mode=_V2.CheckpointConsistencyMode.COMMITTED
+        )
     return {r.checkpoint.path.rstrip("/").rsplit("/", 1)[-1] for r in reported}
+
+
+def _forget(path: str, name: str) -> None:
+    """Drop ``name`` from this process's listing of ``path`` (the folder is gone)."""
+    with _LISTINGS_LOCK:
+        if path in _LISTINGS:
+            _LISTINGS[path].discard(name)
 
 
 _FOLDERS: dict[str, _RunFolder] = {}
@@ -256,6 +281,16 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
     ) -> None:
         if checkpoint_dir_name is not None:
             validate_dir_name(checkpoint_dir_name)  # every rank, before any I/O
+        mode = kwargs.get("checkpoint_upload_mode")
+        if getattr(mode, "name", None) == "NO_UPLOAD":
+            # The user wrote the checkpoint where it is; Ray records it in place.
+            # Nothing is uploaded, so nothing is named or moved.
+            return super().report(
+                metrics,
+                checkpoint=checkpoint,
+                checkpoint_dir_name=checkpoint_dir_name,
+                **kwargs,
+            )
         context = _V2.get_train_context()
         if context.get_world_rank() == 0 and checkpoint is not None:
             checkpoint_dir_name = _run_folder(context).name(
@@ -285,6 +320,13 @@ class _PolicyTrainFn:
         current = _V2.get_train_fn_utils()
         if type(current) is _V2.DistributedTrainFnUtils:
             _V2.set_train_fn_utils(_NamingTrainFnUtils())
+        elif not isinstance(current, _NamingTrainFnUtils):
+            logger.warning(
+                "ray_tt_ext.v2: this worker's ray.train.report goes through %s, not Ray's "
+                "DistributedTrainFnUtils; checkpoint folders keep Ray's names and are not "
+                "checked (Ray's local mode, or a Ray release ray_tt_ext does not know).",
+                type(current).__name__,
+            )
         return self._train_fn()
 
 
@@ -293,8 +335,9 @@ class _PolicyTrainFn:
 # ---------------------------------------------------------------------------
 
 _V2_SENDS = (
-    "a Ray Train V2 trainer sends it to its controller actor, which passes it to "
-    "every training worker (one gRPC message carries at most {grpc})"
+    "a Ray Train V2 trainer ships it to its controller actor and every training "
+    "worker (train_loop_config twice: inside the training function and in the run "
+    "context)"
 )
 _V2_ADVICE = (
     "Fix: pass large objects through the object store instead of capturing them: "

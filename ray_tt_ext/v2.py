@@ -12,8 +12,10 @@ here needs Train V1. It offers:
   ``checkpoint_dir_name`` with the V1 meaning;
 * :class:`Tuner`: the drop-in Tuner, for function and class trainables and
   Ray's Tune + Train V2 pattern;
-* the payload inspector and the errors, so that a V2 program never needs a
-  top-level ``ray_tt_ext`` name (taking one turns Train V1 on).
+* the payload inspector and the errors. A V2 program needs no top-level
+  ``ray_tt_ext`` name but the neutral ``ray_tt_ext.CheckpointConfig`` (Tune's,
+  for function and class trainables under :class:`Tuner`); a Train V1 name
+  (``ray_tt_ext.Tuner``, the trainers) would turn Train V1 on.
 
 V2's controller actor already runs the training loop away from the driver
 (it is Ray's own remote executor), so ``remote_executor`` does not apply.

@@ -46,7 +46,8 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
 os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 
-import ray_tt_ext  # noqa: E402,I001  (first: it settles RAY_TRAIN_V2_ENABLED)
+import ray_tt_ext  # noqa: E402,I001
+from ray_tt_ext import Tuner  # noqa: E402,F401  (the first name: Train V1 on, before ray.train)
 from ray_tt_ext import _compat  # noqa: E402
 import numpy as np  # noqa: E402
 import ray  # noqa: E402

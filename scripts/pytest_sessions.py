@@ -8,9 +8,10 @@ a pytest session: ``tests/`` runs first (the V1 integration turns V1 on),
 then ``tests/v2`` with the variable unset, as Ray 2.51+ users have it. Uses
 the Python that runs this script; extra arguments go to both sessions
 (``-k``, ``-m``, ``-x``...; a ``--basetemp`` gets ``-v2`` for the second).
-Ends with one line for both, e.g. ``== both sessions: tests/ 186
-passed; tests/v2 12 passed ==`` (``scripts/compat.sh`` puts it in its verdict). Exit status 0 only if both pass (a session whose tests were
-all deselected by ``-k``/``-m`` counts as a pass). Standard library only.
+Ends with one line for both, e.g. ``== both sessions: tests/ 188 passed;
+tests/v2 17 passed ==`` (``scripts/compat.sh`` puts it in its verdict). Exit
+status 0 only if both pass; a session that collects no test fails, unless a
+``-k``/``-m`` filter deselected them all. Standard library only.
 """
 
 from __future__ import annotations
@@ -46,11 +47,14 @@ def run(
         if COUNT.search(line) and " in " in line:
             last = line
     status = proc.wait()
+    if status == NO_TESTS_COLLECTED and not any(a[:2] in ("-k", "-m") for a in args):
+        print(f"=== {label}: no tests collected without a -k/-m filter: a broken session")
+        status = 1
     counts: dict[str, int] = {}
     for n, kind in COUNT.findall(last):
         kind = "errors" if kind.startswith("error") else kind
         counts[kind] = counts.get(kind, 0) + int(n)
-    return (0 if status == NO_TESTS_COLLECTED else status), counts
+    return (0 if status == NO_TESTS_COLLECTED else status), counts  # filtered out: fine
 
 
 def main(args: list[str]) -> int:

@@ -69,13 +69,21 @@ def test_first_name_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_pat
     assert "OK 1" in proc.stdout
 
 
-def test_explicit_zero_is_kept():
-    proc = run_script(
-        "import os, ray_tt_ext; print(os.environ['RAY_TRAIN_V2_ENABLED'])",
-        {"RAY_TRAIN_V2_ENABLED": "0"},
-    )
+def test_explicit_values_are_kept_and_neutral_names_change_nothing():
+    code = """
+        import os
+        import ray_tt_ext
+        ray_tt_ext.PayloadTooLargeError, ray_tt_ext.inspect_payload, ray_tt_ext.CheckpointConfig
+        print("NEUTRAL", os.environ.get("RAY_TRAIN_V2_ENABLED"))
+        ray_tt_ext.Tuner
+        print("V1NAME", os.environ.get("RAY_TRAIN_V2_ENABLED"))
+        """
+    proc = run_script(code, {"RAY_TRAIN_V2_ENABLED": "0"})
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip().endswith("0")
+    assert "NEUTRAL 0\nV1NAME 0" in proc.stdout
+    proc = run_script(code, {})
+    assert proc.returncode == 0, proc.stderr
+    assert "NEUTRAL None\nV1NAME 0" in proc.stdout
 
 
 @needs_train_v2

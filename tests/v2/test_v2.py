@@ -16,7 +16,14 @@ import pytest
 import ray
 import ray.train
 import ray.tune
-from v2_loops import epochs_loop, read_state, torch_loop, tune_fn
+from v2_loops import (
+    epochs_loop,
+    no_upload_loop,
+    read_state,
+    torch_loop,
+    tune_checkpoints_fn,
+    tune_fn,
+)
 
 import ray_tt_ext.v2 as v2
 
@@ -324,3 +331,68 @@ def test_the_v2_surface_extends_rays_v2_classes():
     assert v2.TrainV2DisabledError is _compat.TrainV2DisabledError
     with pytest.raises(ValueError, match="path separator"):
         v2.CheckpointConfig(checkpoint_dir_name="a/{index}")
+
+
+def test_a_name_that_ignores_the_index_is_refused_not_looped_on(tmp_path):
+    """Sequential indexing skips folders only while the name changes with the index."""
+    import pyarrow.fs
+
+    from ray_tt_ext._train_v2 import _RunFolder
+
+    policy = v2.CheckpointConfig(checkpoint_dir_name="loss_{loss:.2f}")
+    folder = _RunFolder(pyarrow.fs.LocalFileSystem(), str(tmp_path), policy)
+    assert folder.name({"loss": 0.5}, None) == "loss_0.50"
+    with pytest.raises(ValueError, match="'loss_0.50' was rendered again"):
+        folder.name({"loss": 0.501}, None)
+    # A folder deleted since the listing (Ray's num_to_keep) frees its name.
+    other = tmp_path / "other"
+    (other / "gone").mkdir(parents=True)
+    stale = _RunFolder(pyarrow.fs.LocalFileSystem(), str(other), None)
+    assert "gone" in stale.existing()
+    (other / "gone").rmdir()
+    assert stale.name({}, "gone") == "gone"
+    assert not (other / "gone.unrecorded").exists()
+
+
+def test_no_upload_checkpoints_are_recorded_in_place(storage_path):
+    trainer = v2.DataParallelTrainer(
+        no_upload_loop,
+        train_loop_config={"run_dir": os.path.join(storage_path, "in_place")},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(
+            name="in_place",
+            storage_path=storage_path,
+            checkpoint_config=v2.CheckpointConfig(),
+        ),
+    )
+    result = trainer.fit()
+    run_dir = os.path.join(storage_path, "in_place")
+    assert folders(run_dir) == ["mine_0", "mine_1"]  # neither renamed nor moved aside
+    assert result.checkpoint.path == os.path.join(run_dir, "mine_1")
+
+
+def test_v2_tuner_applies_a_checkpoint_policy_to_function_trainables(storage_path):
+    from ray_tt_ext import CheckpointConfig  # Tune's: a neutral name, V1 stays off
+
+    result = v2.Tuner(
+        tune_checkpoints_fn,
+        run_config=ray.tune.RunConfig(
+            storage_path=storage_path,
+            name="fn_policy",
+            checkpoint_config=CheckpointConfig(checkpoint_dir_name="fn-{index:02d}"),
+        ),
+    ).fit()[0]
+    assert result.error is None
+    assert [n for n in folders(result.path) if n.startswith("fn-")] == ["fn-00", "fn-01"]
+    assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None
+
+
+def test_a_resumed_run_cannot_reuse_the_name_of_a_recorded_checkpoint(storage_path):
+    make_trainer(storage_path, "resumed", {"epochs": 1, "names": {"0": "named"}}).fit()
+    # The same run again: Ray resumes it (epoch 1 next) and records "named" already.
+    again = make_trainer(storage_path, "resumed", {"epochs": 1, "names": {"1": "named"}})
+    with pytest.raises(Exception, match="'named' names a checkpoint this run recorded"):
+        again.fit()
+    named = os.path.join(storage_path, "resumed", "named")
+    assert read_state(named)["epoch"] == 0  # the recorded checkpoint, untouched
+    assert folders(os.path.join(storage_path, "resumed")) == ["named"]

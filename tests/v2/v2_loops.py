@@ -88,3 +88,30 @@ def torch_loop(config: dict) -> None:
             if ray.train.get_context().get_world_rank() == 0
             else None,
         )
+
+
+def no_upload_loop(config: dict) -> None:
+    """Write each checkpoint into the run folder yourself; Ray records it in place."""
+    from ray.train import CheckpointUploadMode
+
+    for step in range(2):
+        path = os.path.join(config["run_dir"], f"mine_{step}")
+        os.makedirs(path)
+        with open(os.path.join(path, "state.json"), "w") as f:
+            json.dump({"step": step}, f)
+        ray.train.report(
+            {"step": step},
+            checkpoint=ray.train.Checkpoint.from_directory(path),
+            checkpoint_dir_name=f"mine_{step}",
+            checkpoint_upload_mode=CheckpointUploadMode.NO_UPLOAD,
+        )
+
+
+def tune_checkpoints_fn(config: dict) -> None:
+    import ray.tune
+
+    for step in range(2):
+        d = tempfile.mkdtemp()
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"step": step}, f)
+        ray.tune.report({"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d))
