@@ -293,7 +293,7 @@ def train_v2_enabled() -> bool:
 
 
 _FIX = (
-    f"leave {V2_ENV_VAR} unset (ray_tt_ext then sets it to 0 when its first name is "
+    f"leave {V2_ENV_VAR} unset (ray_tt_ext then sets it to 0 when its first Train V1 name is "
     f"taken, e.g. `from ray_tt_ext import Tuner`) or `export {V2_ENV_VAR}=0` before "
     "Python starts."
 )
@@ -321,7 +321,7 @@ def ensure_train_v1(*objects: Any) -> None:
             name = type(obj).__name__
             raise TrainV2EnabledError(
                 f"Got a Ray Train V2 `{name}`. It comes from `from ray.train import "
-                f"{name}` run before the first `ray_tt_ext` name while {V2_ENV_VAR} was unset, "
+                f"{name}` run before the first Train V1 `ray_tt_ext` name while {V2_ENV_VAR} was unset, "
                 f"so `ray.train` bound its Train V2 classes. ray_tt_ext's trainers "
                 f"convert it for you; Ray's own V1 trainers need the V1 class. Fix: "
                 f"use a ray_tt_ext trainer, or `ray.tune.{name}`/`ray.air.config.{name}`, "
@@ -352,7 +352,7 @@ def _v1_config_classes() -> dict[str, type]:
 def to_train_v1(obj: Any) -> Any:
     """A Train V2 config object as its Train V1 class, field by field; else ``obj``.
 
-    ``from ray import train`` before the first ``ray_tt_ext`` name (the variable still
+    ``from ray import train`` before the first Train V1 ``ray_tt_ext`` name (the variable still
     unset on Ray 2.51+) binds ``train.RunConfig``, ``ScalingConfig``,
     ``CheckpointConfig`` and ``FailureConfig`` to Train V2's classes. Their
     common fields carry over (nested configs too); a V2-only setting that V1

@@ -169,10 +169,12 @@ class _RunFolder:
         index = next_index(policy.checkpoint_index, self.current, metrics)
         name = render_dir_name(policy.checkpoint_dir_name, index, metrics)
         if policy.checkpoint_index == SEQUENTIAL:
+            seen = {name}
             while name in existing:  # skip past folders on disk...
                 following = render_dir_name(policy.checkpoint_dir_name, index + 1, metrics)
-                if following == name:  # ...while the name changes with the index
+                if following in seen:  # ...while the index gives new names
                     break
+                seen.add(following)
                 index, name = index + 1, following
         if name in self.used:
             raise ValueError(
@@ -184,6 +186,27 @@ class _RunFolder:
             self._clear_the_way(name, existing)
         self.current = index
         return name
+
+    def note_in_place(self, path: str) -> None:
+        """A checkpoint rank 0 reports where it lies (NO_UPLOAD): if it is a folder
+        of the run folder, its name is used, and a sequential index moves past it."""
+        parent, _, name = path.rstrip("/").rpartition("/")
+        if parent != self.path.rstrip("/"):
+            return
+        with self.lock:
+            self.existing()
+            self.used.add(name)
+            _note_written(self.path, name)
+            policy = self.policy
+            if policy is not None and policy.checkpoint_index == SEQUENTIAL:
+                pattern = (
+                    index_pattern(policy.checkpoint_dir_name)
+                    if isinstance(policy.checkpoint_dir_name, str)
+                    else None
+                )
+                match = pattern.match(name) if pattern else None
+                if match:
+                    self.current = max(self.current, int(match.group("index")))
 
     def _reused(self, name: str, how: str) -> str:
         return (
@@ -282,17 +305,22 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
         if checkpoint_dir_name is not None:
             validate_dir_name(checkpoint_dir_name)  # every rank, before any I/O
         mode = kwargs.get("checkpoint_upload_mode")
+        context = _V2.get_train_context()
+        rank0 = context.get_world_rank() == 0
         if getattr(mode, "name", None) == "NO_UPLOAD":
             # The user wrote the checkpoint where it is; Ray records it in place.
-            # Nothing is uploaded, so nothing is named or moved.
+            # Nothing is uploaded, so nothing is named or moved; its name is taken.
+            if rank0 and checkpoint is not None:
+                _run_folder(context).note_in_place(checkpoint.path)
             return super().report(
                 metrics,
                 checkpoint=checkpoint,
                 checkpoint_dir_name=checkpoint_dir_name,
                 **kwargs,
             )
-        context = _V2.get_train_context()
-        if context.get_world_rank() == 0 and checkpoint is not None:
+        # Rank 0's name is the one Ray broadcasts: checked when rank 0 reports a
+        # checkpoint or names the folder (other ranks may upload into it).
+        if rank0 and (checkpoint is not None or checkpoint_dir_name is not None):
             checkpoint_dir_name = _run_folder(context).name(
                 dict(metrics), checkpoint_dir_name
             )

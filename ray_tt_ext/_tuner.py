@@ -243,7 +243,7 @@ class Tuner(ray.tune.Tuner):
             experiment only. Not needed for ``ray_tt_ext.CheckpointConfig``.
 
     Function and class trainables work whatever the Train version; a V1
-    trainer needs Train V1 (the first name taken from ``ray_tt_ext`` turns it
+    trainer needs Train V1 (the first Train V1 name taken from ``ray_tt_ext`` turns it
     on when the variable is unset). A Train V2 ``RunConfig`` (``ray.train``
     imported first) is converted to Tune's.
 

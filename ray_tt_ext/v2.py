@@ -15,7 +15,8 @@ here needs Train V1. It offers:
 * the payload inspector and the errors. A V2 program needs no top-level
   ``ray_tt_ext`` name but the neutral ``ray_tt_ext.CheckpointConfig`` (Tune's,
   for function and class trainables under :class:`Tuner`); a Train V1 name
-  (``ray_tt_ext.Tuner``, the trainers) would turn Train V1 on.
+  (``ray_tt_ext.Tuner``, the trainers, ``RemoteBackendExecutor``,
+  ``StorageContext``) would turn Train V1 on.
 
 V2's controller actor already runs the training loop away from the driver
 (it is Ray's own remote executor), so ``remote_executor`` does not apply.

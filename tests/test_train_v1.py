@@ -250,3 +250,18 @@ def test_framework_trainers_after_ray_bound_its_v2_trainer_names():
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "RAY ray.train.v2.torch.torch_trainer" in proc.stdout, proc.stdout
     assert "OURS True ray.air.config" in proc.stdout, proc.stdout
+
+
+def test_ray_tt_ext_v2_refuses_a_train_v1_process_or_an_old_ray():
+    """This session runs Train V1 (tests/conftest.py took ray_tt_ext.Tuner first)."""
+    import ray_tt_ext.v2 as v2
+    from ray_tt_ext import _compat
+
+    if _compat.RAY_VERSION.release < (2, 51):
+        with pytest.raises(v2.UnsupportedRayVersionError, match="2.51"):
+            v2.DataParallelTrainer  # noqa: B018
+        return
+    with pytest.raises(v2.TrainV2DisabledError, match="`ray_tt_ext.Tuner` was first used"):
+        v2.DataParallelTrainer(lambda: None)
+    with pytest.raises(v2.TrainV2DisabledError, match="RAY_TRAIN_V2_ENABLED=0"):
+        v2.Tuner(lambda config: None)
