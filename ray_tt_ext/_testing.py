@@ -328,17 +328,19 @@ def connect_client(address: str, attempts: int = 3):
     """``ray.init(address)`` for ``ray://``, retrying only Ray Client's server start.
 
     Ray's client proxier sometimes loses the per-connection server it just
-    forked ("Starting Ray client server failed", a zombie process) when the
-    machine is busy; a new connection gets a new server. Any other error, or
-    the same one ``attempts`` times, is raised.
+    forked when the machine is busy: "Starting Ray client server failed", or
+    (Ray 2.40) "Initialization failure from server" with psutil's
+    ``ZombieProcess`` for it; a new connection gets a new server. Any other
+    error, or the same one ``attempts`` times, is raised.
     """
     import ray
 
+    lost_server = ("Starting Ray client server failed", "ZombieProcess")
     for attempt in range(1, attempts + 1):
         try:
             return ray.init(address)
         except ConnectionAbortedError as e:
-            if "Starting Ray client server failed" not in str(e) or attempt == attempts:
+            if not any(s in str(e) for s in lost_server) or attempt == attempts:
                 raise
             time.sleep(2.0 * attempt)
     raise AssertionError("unreachable")
