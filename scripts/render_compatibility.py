@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
 """Merge verdict lines from scripts/compat.sh into docs/compatibility.{tsv,md}.
 
-    python3 scripts/render_compatibility.py compat_results/matrix.txt
+    python3 scripts/render_compatibility.py [--commit SHA] compat_results/matrix.txt
+
+``--commit`` names the commit the verdicts were run on (default: HEAD), e.g.
+for verdicts copied from a CI log of an earlier commit.
 
 A verdict line is ``ray 2.60.0: PASS (tests/ 186 passed; tests/v2 12 passed)``. Rows of Ray
 versions not in the input are kept. Standard library only.
@@ -41,7 +44,10 @@ def main(argv: list[str]) -> int:
             cells = line.split("\t")
             rows[cells[0]] = cells
     today = datetime.date.today().isoformat()
-    commit = (
+    commit = None
+    if argv[:1] == ["--commit"]:
+        commit, argv = argv[1], argv[2:]
+    commit = commit or (
         subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"],
             cwd=ROOT,
