@@ -43,7 +43,7 @@ import math
 import re
 import string
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -225,6 +225,25 @@ def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
     if callable(policy) or "index" not in template_fields(policy):
         return None
     return name_pattern(policy)
+
+
+def highest_index(policy: NamePolicy, names: Iterable[str]) -> Optional[int]:
+    """The highest index read back from ``names`` rendered by ``policy`` (sequential
+    templates with ``{index}``); ``None`` if none can be read."""
+    pattern = None if callable(policy) else index_pattern(policy)
+    if pattern is None:
+        return None
+    indices = [int(m.group("index")) for m in map(pattern.match, names) if m is not None]
+    return max(indices, default=None)
+
+
+def unrecorded_name(name: str, existing: set[str]) -> str:
+    """Where a folder of lost progress moves: ``<name>.unrecorded`` (``-2``, ... if taken)."""
+    target, n = f"{name}.unrecorded", 1
+    while target in existing:
+        n += 1
+        target = f"{name}.unrecorded-{n}"
+    return target
 
 
 # ---------------------------------------------------------------------------
@@ -504,11 +523,9 @@ class StorageContext(_compat.StorageContext):
                 self._unrecorded_dir_names.add(name)
         if not sequential or pattern is None:
             return
-        indices = [
-            int(m.group("index")) for m in map(pattern.match, existing) if m is not None
-        ]
-        if indices and max(indices) > self.current_checkpoint_index:
-            self.current_checkpoint_index = max(indices)
+        highest = highest_index(self.checkpoint_dir_name_policy, existing)
+        if highest is not None and highest > self.current_checkpoint_index:
+            self.current_checkpoint_index = highest
 
     def _move_aside(self, name: str, existing: set[str]) -> None:
         """Move a folder of lost progress out of the run's way, intact.
@@ -518,10 +535,7 @@ class StorageContext(_compat.StorageContext):
         workers may do this at once before training starts: they pick the same
         new name, and a folder already moved by another is left alone.
         """
-        target, n = f"{name}.unrecorded", 1
-        while target in existing:
-            n += 1
-            target = f"{name}.unrecorded-{n}"
+        target = unrecorded_name(name, existing)
         src = f"{self.trial_fs_path}/{name}"
         dst = f"{self.trial_fs_path}/{target}"
         fs = self.storage_filesystem

@@ -55,9 +55,10 @@ from ray_tt_ext._storage import (
     _list_dirs,
     _move_dir,
     _note_written,
-    index_pattern,
+    highest_index,
     next_index,
     render_dir_name,
+    unrecorded_name,
     validate_dir_name,
     validate_policy,
 )
@@ -133,18 +134,13 @@ class _RunFolder:
         return names | self.used
 
     def _continue_after(self, names: set[str]) -> None:
-        """Sequential index: continue after the highest index on disk."""
+        """Sequential index: continue after the highest index read back from ``names``."""
         policy = self.policy
         if policy is None or policy.checkpoint_index != SEQUENTIAL:
             return
-        if not isinstance(policy.checkpoint_dir_name, str):
-            return
-        pattern = index_pattern(policy.checkpoint_dir_name)
-        if pattern is None:
-            return
-        indices = [int(m.group("index")) for m in map(pattern.match, names) if m]
-        if indices:
-            self.current = max(self.current, max(indices))
+        highest = highest_index(policy.checkpoint_dir_name, names)
+        if highest is not None:
+            self.current = max(self.current, highest)
 
     def name(self, metrics: dict[str, Any], explicit: Optional[str]) -> Optional[str]:
         """The folder for rank 0's checkpoint; ``None`` leaves Ray's default name."""
@@ -197,16 +193,7 @@ class _RunFolder:
             self.existing()
             self.used.add(name)
             _note_written(self.path, name)
-            policy = self.policy
-            if policy is not None and policy.checkpoint_index == SEQUENTIAL:
-                pattern = (
-                    index_pattern(policy.checkpoint_dir_name)
-                    if isinstance(policy.checkpoint_dir_name, str)
-                    else None
-                )
-                match = pattern.match(name) if pattern else None
-                if match:
-                    self.current = max(self.current, int(match.group("index")))
+            self._continue_after({name})
 
     def _reused(self, name: str, how: str) -> str:
         return (
@@ -234,10 +221,7 @@ class _RunFolder:
         recorded = _recorded_checkpoint_names()
         if name in recorded:
             raise ValueError(self._reused(name, "names a checkpoint this run recorded"))
-        target, n = f"{name}.unrecorded", 1
-        while target in existing:
-            n += 1
-            target = f"{name}.unrecorded-{n}"
+        target = unrecorded_name(name, existing)
         src, dst = f"{self.path}/{name}", f"{self.path}/{target}"
         _move_dir(self.fs, src, dst)
         existing.discard(name)
