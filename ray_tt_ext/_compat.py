@@ -15,12 +15,14 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import enum
 import os
+import queue
 import sys
 import threading
 import warnings
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 # ---------------------------------------------------------------------------
 # Ray imports (never before the caller has settled the variable).
@@ -490,7 +492,27 @@ def train_v1_runtime_env_vars() -> dict[str, str]:
 # -- Train V1 worker session (runs on the training workers) ---------------------------
 
 
-def worker_report_synchronously() -> None:
+def join_training_thread(session: Any, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` for a Train/Tune session's training thread to end.
+
+    Runs in a trial actor (the coordinator), on Tune's ``stop()``.
+    ``_TrainSession.training_thread`` (Ray 2.40 .. 2.60) is the thread that
+    runs the trainable's function; ``FunctionTrainable.reset_config`` waits
+    for it the same way (``_TrainSession.finish(timeout=...)``).
+    """
+    thread = getattr(session, "training_thread", None)
+    if thread is not None and thread.is_alive():
+        thread.join(timeout=timeout_s)
+
+
+class WorkerSignal(enum.Enum):
+    """What a worker's ``get_next`` returns instead of a result (pickled by name)."""
+
+    #: The executor is shutting down: a ``get_next`` issued early was let go.
+    STOPPED = "stopped"
+
+
+def worker_report_synchronously(stop_signal: Optional[list[Any]] = None) -> None:
     """Make this worker's ``train.report()`` wait for the next ``get_next``.
 
     Runs on a training worker, after ``BackendExecutor.start_training``. Sets
@@ -499,11 +521,40 @@ def worker_report_synchronously() -> None:
     *called* (before it waits for the next result), instead of as soon as it
     has taken one. Used by the prefetching executor (``_executor.py``) so that
     fetching a result early does not let the worker run further ahead.
+
+    ``stop_signal`` is ``[ref]`` (a list, so Ray passes the ``ObjectRef``
+    itself): an object the executor makes ready when it shuts down. A daemon
+    thread of this worker waits for it, then puts :attr:`WorkerSignal.STOPPED`
+    into the session's result queue (``_TrainSession.result_queue``, a
+    ``queue.Queue(1)`` in Ray 2.40 .. 2.60), so that a ``get_next`` issued
+    early returns at once instead of holding the worker's only task thread
+    until the training function reports again. The backend's ``on_shutdown``
+    then runs on the worker right away, as it does with Ray's executor, and the
+    step in progress is stopped where Ray's executor stops it.
     """
     session = get_session()
     if session is None:
         raise TrainBackendError("no Ray Train session on this worker")
     session.synchronous_result_reporting = True
+    if stop_signal:
+        threading.Thread(
+            target=_let_go_on_stop,
+            args=(session, stop_signal[0]),
+            name="ray_tt_ext-stop-signal",
+            daemon=True,
+        ).start()
+
+
+def _let_go_on_stop(session: Any, ref: Any) -> None:
+    """Runs in a daemon thread of a training worker: see ``worker_report_synchronously``."""
+    try:
+        ray.get(ref)
+    except Exception:  # the executor is gone, and this worker with it
+        return
+    try:
+        session.result_queue.put_nowait(WorkerSignal.STOPPED)
+    except queue.Full:  # a result is waiting: a pending get_next takes it at once
+        pass
 
 
 def worker_get_next() -> Any:
@@ -544,9 +595,11 @@ __all__ = [
     "TrainV2EnabledError",
     "TunerInternal",
     "V2_ENV_VAR",
+    "WorkerSignal",
     "ensure_train_v1",
     "ensure_train_v2",
     "is_train_v2_trainer",
+    "join_training_thread",
     "train_v2_api",
     "to_train_v1",
     "grpc_max_message_bytes",

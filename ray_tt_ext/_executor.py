@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import traceback
 from collections.abc import Callable
 from typing import Any, Optional
@@ -49,6 +50,14 @@ logger = logging.getLogger("ray_tt_ext")
 
 #: How long a graceful shutdown waits for requests issued early (WorkerGroup's patience).
 _SHUTDOWN_PATIENCE_S = 5.0
+
+#: The executor actor's concurrency group for ``BackendExecutorHost.wait_for_stop``.
+_STOP_GROUP = "stop_signal"
+
+
+def _in_actor() -> bool:
+    """Whether this process is a Ray actor (not a driver, not a task)."""
+    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
 
 
 class _PrefetchingBackendExecutor(_compat.BackendExecutor):
@@ -80,6 +89,16 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """Extends ``BackendExecutor.__init__``; runs in the executor actor."""
         super().__init__(*args, **kwargs)
         self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
+        self._stop_signal: Optional[_StopSignal] = None
+
+    def use_stop_signal(self, signal: _StopSignal) -> None:
+        """Let early requests go at shutdown through ``signal`` (see :meth:`shutdown`).
+
+        Set by :class:`BackendExecutorHost` in the executor actor, before
+        ``start_training``. Without one (the executor used in-process, as some
+        tests do), a graceful shutdown waits for early requests instead.
+        """
+        self._stop_signal = signal
 
     def _request_next_results(self) -> list[Any]:
         return self.worker_group.execute_async(_compat.worker_get_next)
@@ -93,8 +112,9 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """
         self._next_results = None
         super().start_training(*args, **kwargs)
+        stop = [self._stop_signal.ref] if self._stop_signal is not None else None
         self.get_with_failure_handling(
-            self.worker_group.execute_async(_compat.worker_report_synchronously)
+            self.worker_group.execute_async(_compat.worker_report_synchronously, stop)
         )
         self._next_results = self._request_next_results()
 
@@ -110,6 +130,8 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         if futures is None:  # not started, or after the final None: as Ray does
             futures = self._request_next_results()
         results = self.get_with_failure_handling(futures)
+        if any(r is _compat.WorkerSignal.STOPPED for r in results):  # never before shutdown
+            raise RuntimeError("get_next_results() called after shutdown began")
         if any(r is None for r in results):
             if not all(r is None for r in results):
                 raise RuntimeError(
@@ -124,18 +146,47 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     def shutdown(self, graceful_termination: bool = True) -> None:
         """Overrides ``BackendExecutor.shutdown``; runs in the executor actor.
 
-        A request issued early occupies each worker until its next report; a
-        graceful shutdown waits for it (up to Ray's own 5 s worker patience)
-        so the backend's cleanup is not queued behind it, and falls back to
-        Ray's forced shutdown if it does not come.
+        A request issued early occupies each worker's only task thread until
+        the training function reports again, and the backend's cleanup
+        (``on_shutdown``, e.g. Torch's process-group teardown) is a call on
+        every worker that would queue behind it. So a graceful shutdown first
+        lets those requests go: it sets the stop signal, each worker's
+        ``get_next`` returns :attr:`WorkerSignal.STOPPED` at once (see
+        ``_compat.worker_report_synchronously``), and Ray's graceful shutdown
+        follows: ``on_shutdown`` on every worker, then the workers exit,
+        stopping the step in progress where Ray's executor stops it (the
+        worker does not get to persist a checkpoint the driver never records).
+
+        Without a stop signal (in-process use) it waits for the requests
+        instead, up to Ray's own 5 s worker patience, and falls back to Ray's
+        forced shutdown (no ``on_shutdown``) if they do not come.
         """
         pending, self._next_results = self._next_results, None
         if pending and graceful_termination:
+            if self._stop_signal is not None:
+                self._stop_signal.set()
             _, not_done = ray.wait(
                 pending, num_returns=len(pending), timeout=_SHUTDOWN_PATIENCE_S
             )
             graceful_termination = not not_done
         super().shutdown(graceful_termination=graceful_termination)
+
+
+class _StopSignal:
+    """An ``ObjectRef`` (:attr:`ref`) that becomes ready when :meth:`set` is called.
+
+    Made by :class:`BackendExecutorHost` in the executor actor: :attr:`ref` is
+    the actor's own call of ``wait_for_stop`` (its own concurrency group, so
+    it does not hold up the executor's calls), which returns once ``set()``
+    sets the event it waits on.
+    """
+
+    def __init__(self, ref: Any, event: threading.Event):
+        self.ref = ref
+        self._event = event
+
+    def set(self) -> None:
+        self._event.set()
 
 
 class _TrainingWorkerError(Exception):
@@ -190,6 +241,21 @@ class BackendExecutorHost:
 
     def __init__(self, executor_cls: type[Any], kwargs: dict[str, Any]):
         self._executor = executor_cls(**kwargs)
+        self._stopping = threading.Event()
+        if _in_actor() and hasattr(self._executor, "use_stop_signal"):
+            this_actor = ray.get_runtime_context().current_actor
+            self._executor.use_stop_signal(
+                _StopSignal(this_actor.wait_for_stop.remote(), self._stopping)
+            )
+
+    @ray.method(concurrency_group=_STOP_GROUP)
+    def wait_for_stop(self) -> None:
+        """Returns once the executor starts shutting down (its stop signal).
+
+        Runs in the executor actor, in its own concurrency group of one
+        thread, beside the executor's calls; called once, by the actor itself.
+        """
+        self._stopping.wait()
 
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
@@ -214,8 +280,11 @@ class BackendExecutorHost:
         }
 
 
-# `ray list actors` shows the class name, BackendExecutorHost.
-_RemoteBackendExecutor = ray.remote(BackendExecutorHost)
+# `ray list actors` shows the class name, BackendExecutorHost. Concurrency
+# groups cannot be set in `.options()`.
+_RemoteBackendExecutor = ray.remote(concurrency_groups={_STOP_GROUP: 1})(
+    BackendExecutorHost
+)
 
 
 def _scheduling_options() -> dict[str, Any]:
@@ -239,7 +308,9 @@ def _scheduling_options() -> dict[str, Any]:
         "memory": 0,
         "max_restarts": 0,  # a restarted executor would have lost its workers
         "max_task_retries": 0,
-        "max_concurrency": 1,  # calls run in order, one at a time
+        # Calls run one at a time (each caller waits for its call); the class
+        # adds one thread, for BackendExecutorHost.wait_for_stop only.
+        "max_concurrency": 1,
         "scheduling_strategy": strategy,
         # Train V1 in the executor, and so in the workers it starts.
         "runtime_env": {"env_vars": _compat.train_v1_runtime_env_vars()},

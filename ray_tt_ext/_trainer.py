@@ -262,6 +262,13 @@ def _train_coordinator_fn(
     trainer.training_loop()
 
 
+#: How long a stopped trial waits for its trainer's graceful shutdown (seconds).
+#: Ray's executor gives its workers 5 s to exit; this covers that and the
+#: backend's ``on_shutdown``. A training thread still inside the user's step
+#: (a trial stopped between two reports) is left after this long, as Ray does.
+COORDINATOR_STOP_PATIENCE_S = 10.0
+
+
 def _as_scaling_config(value: Any) -> AirScalingConfig:
     return AirScalingConfig(**value) if isinstance(value, dict) else value
 
@@ -332,6 +339,25 @@ class _TrainCoordinator(FunctionTrainable):
             return scaling_config
         self._trainer_cls._validate_scaling_config(scaling_config)
         return AirScalingConfig.from_placement_group_factory(trial_resources)
+
+    def cleanup(self) -> None:
+        """Ray's, then let the trainer shut its workers down before the actor goes.
+
+        Extends ``FunctionTrainable.cleanup``; runs in the trial actor when
+        Tune stops the trial. Ray's wakes the training thread (which leaves
+        the trainer's training loop, whose ``finally`` shuts the executor
+        down: the backend's ``on_shutdown``, then the workers) and returns at
+        once; Tune then lets the actor go, and a shutdown still in progress
+        dies with it. This waits for that thread, up to
+        :data:`COORDINATOR_STOP_PATIENCE_S`, so the graceful shutdown
+        completes with either executor (the remote one takes a few more
+        round trips than Ray's).
+        """
+        session = _compat.get_session()
+        try:
+            super().cleanup()
+        finally:
+            _compat.join_training_thread(session, COORDINATOR_STOP_PATIENCE_S)
 
     def _trainable_func(self, config: dict[str, Any]) -> None:
         """Run the coordinator with the merged config, not Tune's.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -12,6 +13,7 @@ import ray
 import ray.train
 import ray.tune
 import tune_api
+from ray.train.backend import Backend, BackendConfig
 
 import ray_tt_ext
 from ray_tt_ext._testing import CountingFileSystem  # noqa: F401  (re-exported)
@@ -342,3 +344,42 @@ def train_v2_is_rays_default() -> bool:
         check=True,
     ).stdout
     return out.strip().endswith("True")
+
+
+class CleanupBackend(Backend):
+    """A backend whose ``on_shutdown`` is a call on every worker, like Torch's
+    process-group teardown; it records the workers' pids under the config's key."""
+
+    def on_shutdown(self, worker_group: Any, backend_config: CleanupBackendConfig) -> None:
+        record(backend_config.key, worker_group.execute(os.getpid))
+
+
+@dataclasses.dataclass
+class CleanupBackendConfig(BackendConfig):
+    key: str = "on_shutdown"
+
+    @property
+    def backend_cls(self) -> type[Backend]:
+        return CleanupBackend
+
+
+def slow_checkpointing_loop(step_s: float) -> None:
+    """Reports step 0, then spends ``step_s`` seconds on step 1 and checkpoints it."""
+    ray.train.report({"step": 0})
+    time.sleep(step_s)
+    with tempfile.TemporaryDirectory() as d:
+        with open(os.path.join(d, "state.json"), "w") as f:
+            json.dump({"step": 1}, f)
+        ray.train.report({"step": 1}, checkpoint=ray.train.Checkpoint.from_directory(d))
+
+
+def slow_steps_loop(config: dict[str, Any]) -> None:
+    """Steps of ``config["step_s"]`` seconds, each ending with a checkpoint."""
+    for step in range(config.get("num_reports", 100)):
+        time.sleep(config["step_s"])
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            ray.train.report(
+                {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d)
+            )

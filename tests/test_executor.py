@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
@@ -14,6 +15,7 @@ import ray.train
 import ray.tune
 import tune_api
 from helpers import (
+    CleanupBackendConfig,
     RecordingTrainer,
     StatusRecordingTrainer,
     alive_actors,
@@ -22,8 +24,10 @@ from helpers import (
     record,
     recorded,
     report_loop,
+    slow_checkpointing_loop,
+    slow_steps_loop,
 )
-from ray.train.backend import Backend, BackendConfig
+from ray.train.backend import BackendConfig
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_tt_ext
@@ -107,19 +111,6 @@ def _slow_second_step():
     ray.train.report({"step": 1})
 
 
-class _CleanupBackend(Backend):
-    def on_shutdown(self, worker_group, backend_config):
-        # Like TorchBackend tearing down its process group: a call on every
-        # worker, which would queue behind a pending get_next.
-        worker_group.execute(os.getpid)
-
-
-class _CleanupBackendConfig(BackendConfig):
-    @property
-    def backend_cls(self):
-        return _CleanupBackend
-
-
 def _started_executor(train_func, storage_path, backend_config=None):
     from ray.train import DataConfig
 
@@ -155,10 +146,11 @@ def test_prefetching_executor_keeps_rays_contract(ray_start_4_cpus, storage_path
     _assert_nothing_leaked()
 
 
-def test_graceful_shutdown_does_not_wait_for_a_result_requested_early(
+def test_in_process_graceful_shutdown_does_not_wait_for_a_result_requested_early(
     ray_start_4_cpus, storage_path
 ):
-    executor = _started_executor(_slow_second_step, storage_path, _CleanupBackendConfig())
+    # In-process (no executor actor, so no stop signal): the fallback.
+    executor = _started_executor(_slow_second_step, storage_path, CleanupBackendConfig())
     try:
         assert [r.metrics["step"] for r in executor.get_next_results()] == [0, 0]
         # Result 2 is now requested; the workers sleep before producing it.
@@ -167,6 +159,53 @@ def test_graceful_shutdown_does_not_wait_for_a_result_requested_early(
         # queued behind the 300 s step; the module's timeout catches a hang).
         executor.shutdown(graceful_termination=True)
     _assert_nothing_leaked()
+
+
+@pytest.mark.parametrize(
+    "step_s", [3.0, 120.0], ids=["step_ends_within_patience", "step_outlasts_patience"]
+)
+def test_graceful_shutdown_with_an_early_request_runs_cleanup_and_writes_nothing(
+    ray_start_4_cpus, storage_path, step_s
+):
+    # The remote executor has requested result 2 early when the coordinator
+    # shuts it down; the workers are in a step that ends with a checkpoint.
+    # As with Ray's executor: the backend's on_shutdown runs on every worker,
+    # the workers exit at once, and no checkpoint the driver never records
+    # appears, neither if the step would have ended within Ray's 5 s patience
+    # nor if it would have taken longer.
+    from ray.train import DataConfig
+
+    from ray_tt_ext._compat import StorageContext
+
+    get_or_create_counter()
+    key = f"on_shutdown_{step_s}_{time.monotonic_ns()}"
+    executor = RemoteBackendExecutor(
+        backend_config=CleanupBackendConfig(key=key), num_workers=2, max_retries=0
+    )
+    executor.start()
+    try:
+        executor.start_training(
+            functools.partial(slow_checkpointing_loop, step_s),
+            datasets={},
+            metadata={},
+            data_config=DataConfig(),
+            storage=StorageContext(
+                storage_path=storage_path, experiment_dir_name="exp", trial_dir_name="trial"
+            ),
+        )
+        assert [r.metrics["step"] for r in executor.get_next_results()] == [0, 0]
+    finally:
+        executor.shutdown(graceful_termination=True)
+    pids = recorded(key)
+    assert pids is not None, "the backend's on_shutdown did not run"
+    assert len(set(pids)) == 2
+    _assert_nothing_leaked()
+    time.sleep(min(step_s, 5.0) + 2.0)  # past the step's end, had a worker lived on
+    trial_dir = Path(storage_path, "exp", "trial")
+    written = (
+        sorted(p.name for p in trial_dir.glob("checkpoint_*")) if trial_dir.exists() else []
+    )
+    assert written == []
 
 
 def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus):
@@ -354,6 +393,43 @@ def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
     assert result.error is None
     assert result.metrics["training_iteration"] == 3
     _assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["rays_executor", "remote_executor"])
+def test_a_run_stopped_by_tune_mid_step_cleans_up_like_rays_executor(
+    ray_start_4_cpus, storage_path, remote
+):
+    # Tune stops the trial after its first result, while the workers are in
+    # their second step (3 s, then a checkpoint): the backend's on_shutdown
+    # runs on every worker and the second checkpoint is never written, with
+    # either executor.
+    get_or_create_counter()
+    key = f"tune_stop_on_shutdown_{remote}_{time.monotonic_ns()}"
+    trainer = ray_tt_ext.DataParallelTrainer(
+        slow_steps_loop,
+        train_loop_config={"step_s": 3.0},
+        backend_config=CleanupBackendConfig(key=key),
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        remote_executor=remote,
+    )
+    result = Tuner(
+        trainer,
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name=f"tune_stop_{remote}",
+            verbose=0,
+            stop={"training_iteration": 1},
+        ),
+    ).fit()[0]
+    assert result.error is None
+    assert result.metrics["step"] == 0
+    _assert_nothing_leaked()
+    pids = recorded(key)
+    assert pids is not None and len(set(pids)) == 2, "on_shutdown did not run"
+    time.sleep(5.0)  # past the second step's end, had a worker lived on
+    assert sorted(p.name for p in Path(result.path).glob("checkpoint_*")) == [
+        "checkpoint_000000"
+    ]
 
 
 def counting_loop(config):
