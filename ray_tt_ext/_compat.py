@@ -506,7 +506,10 @@ def join_training_thread(session: Any, timeout_s: float) -> None:
 
 
 class WorkerSignal(enum.Enum):
-    """What a worker's ``get_next`` returns instead of a result (pickled by name)."""
+    """What a worker's ``get_next`` returns instead of a result.
+
+    Compared by identity: an Enum member unpickles to the same object.
+    """
 
     #: The executor is shutting down: a ``get_next`` issued early was let go.
     STOPPED = "stopped"

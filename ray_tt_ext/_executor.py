@@ -55,11 +55,6 @@ _SHUTDOWN_PATIENCE_S = 5.0
 _STOP_GROUP = "stop_signal"
 
 
-def _in_actor() -> bool:
-    """Whether this process is a Ray actor (not a driver, not a task)."""
-    return ray.is_initialized() and ray.get_runtime_context().get_actor_id() is not None
-
-
 class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     """Ray's ``BackendExecutor`` that asks the workers for the next result early.
 
@@ -162,9 +157,11 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         forced shutdown (no ``on_shutdown``) if they do not come.
         """
         pending, self._next_results = self._next_results, None
+        if graceful_termination and self._stop_signal is not None:
+            # Also when nothing is pending here: after a worker's death the
+            # others may still be inside the get_next that failed.
+            self._stop_signal.set()
         if pending and graceful_termination:
-            if self._stop_signal is not None:
-                self._stop_signal.set()
             _, not_done = ray.wait(
                 pending, num_returns=len(pending), timeout=_SHUTDOWN_PATIENCE_S
             )
@@ -239,10 +236,14 @@ class BackendExecutorHost:
     :class:`_TrainingWorkerError`, so that its cause survives pickling.
     """
 
-    def __init__(self, executor_cls: type[Any], kwargs: dict[str, Any]):
+    def __init__(
+        self, executor_cls: type[Any], kwargs: dict[str, Any], stop_signal: bool = False
+    ):
+        """``stop_signal``: this is the executor actor (``_create_executor_actor``),
+        whose ``wait_for_stop`` makes the executor's stop signal."""
         self._executor = executor_cls(**kwargs)
         self._stopping = threading.Event()
-        if _in_actor() and hasattr(self._executor, "use_stop_signal"):
+        if stop_signal and hasattr(self._executor, "use_stop_signal"):
             this_actor = ray.get_runtime_context().current_actor
             self._executor.use_stop_signal(
                 _StopSignal(this_actor.wait_for_stop.remote(), self._stopping)
@@ -320,7 +321,7 @@ def _scheduling_options() -> dict[str, Any]:
 def _create_executor_actor(executor_cls: type[Any], kwargs: dict[str, Any]) -> Any:
     """Start the executor actor on the caller's node (coordinator)."""
     return _RemoteBackendExecutor.options(**_scheduling_options()).remote(
-        executor_cls, kwargs
+        executor_cls, kwargs, stop_signal=True
     )
 
 

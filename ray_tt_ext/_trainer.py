@@ -259,13 +259,64 @@ def _train_coordinator_fn(
         trainer.starting_checkpoint = checkpoint
     trainer.datasets = {k: d() if callable(d) else d for k, d in trainer.datasets.items()}
     trainer.setup()
-    trainer.training_loop()
+    with _executors_shut_down(trainer):
+        trainer.training_loop()
+
+
+@contextlib.contextmanager
+def _executors_shut_down(trainer: Any) -> Iterator[None]:
+    """Shut down every BackendExecutor the training loop starts, however it ends.
+
+    Runs in the trial actor (coordinator), around
+    ``DataParallelTrainer.training_loop``, whose executor it builds from
+    Ray's ``_backend_executor_cls`` attribute (Ray 2.40 .. 2.60). Ray 2.60's
+    loop shuts the executor down in a ``finally``; Ray 2.40's only when the
+    loop returns, so when Tune stops a trial (``SystemExit`` in the
+    coordinator's ``train.report``) the workers died with the trial actor,
+    without the backend's ``on_shutdown``. Here the executor is shut down
+    gracefully on every way out, unless the loop already did (or an error in
+    the training function shut it down by force).
+    """
+    executor_cls = getattr(trainer, "_backend_executor_cls", None)
+    if executor_cls is None:  # not a data-parallel trainer
+        yield
+        return
+    started: list[Any] = []
+
+    def make_executor(**kwargs: Any) -> Any:
+        executor = executor_cls(**kwargs)
+        started.append(executor)
+        return executor
+
+    trainer._backend_executor_cls = make_executor
+    try:
+        yield
+    except BaseException:
+        trainer._backend_executor_cls = executor_cls
+        _shut_down(started, quiet=True)  # the loop's own error is the one to see
+        raise
+    trainer._backend_executor_cls = executor_cls
+    _shut_down(started, quiet=False)
+
+
+def _shut_down(executors: list[Any], quiet: bool) -> None:
+    """Graceful shutdown of the executors still started (Ray 2.40's ``shutdown``
+    is not idempotent: a second call fails on the inactive worker group)."""
+    for executor in executors:
+        try:
+            if executor.is_started():
+                executor.shutdown()
+        except Exception:
+            if not quiet:
+                raise
+            logger.warning("Shutting down the trainer's executor failed", exc_info=True)
 
 
 #: How long a stopped trial waits for its trainer's graceful shutdown (seconds).
 #: Ray's executor gives its workers 5 s to exit; this covers that and the
-#: backend's ``on_shutdown``. A training thread still inside the user's step
-#: (a trial stopped between two reports) is left after this long, as Ray does.
+#: backend's ``on_shutdown``. Tune calls ``stop()`` between two results, so the
+#: coordinator's thread is parked in ``train.report`` and leaves at once: the
+#: wait is the shutdown's own length, and a shutdown that hangs is left after this.
 COORDINATOR_STOP_PATIENCE_S = 10.0
 
 

@@ -400,14 +400,15 @@ def test_a_run_stopped_by_tune_mid_step_cleans_up_like_rays_executor(
     ray_start_4_cpus, storage_path, remote
 ):
     # Tune stops the trial after its first result, while the workers are in
-    # their second step (3 s, then a checkpoint): the backend's on_shutdown
+    # their second step (8 s, then a checkpoint): the backend's on_shutdown
     # runs on every worker and the second checkpoint is never written, with
-    # either executor.
+    # either executor and on every supported Ray (Ray 2.40's own loop does not
+    # shut its executor down when Tune stops the trial; ray_tt_ext's does).
     get_or_create_counter()
     key = f"tune_stop_on_shutdown_{remote}_{time.monotonic_ns()}"
     trainer = ray_tt_ext.DataParallelTrainer(
         slow_steps_loop,
-        train_loop_config={"step_s": 3.0},
+        train_loop_config={"step_s": 8.0},
         backend_config=CleanupBackendConfig(key=key),
         scaling_config=ray.train.ScalingConfig(num_workers=2),
         remote_executor=remote,
@@ -426,7 +427,7 @@ def test_a_run_stopped_by_tune_mid_step_cleans_up_like_rays_executor(
     _assert_nothing_leaked()
     pids = recorded(key)
     assert pids is not None and len(set(pids)) == 2, "on_shutdown did not run"
-    time.sleep(5.0)  # past the second step's end, had a worker lived on
+    time.sleep(8.0)  # past the second step's end, had a worker lived on
     assert sorted(p.name for p in Path(result.path).glob("checkpoint_*")) == [
         "checkpoint_000000"
     ]
