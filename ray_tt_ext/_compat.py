@@ -560,6 +560,24 @@ def _let_go_on_stop(session: Any, ref: Any) -> None:
         pass
 
 
+def _training_over(session: Any) -> bool:
+    """The training thread has ended and left no result and no error to report.
+
+    ``_TrainSession.get_next`` (Ray 2.40 .. 2.60) then returns ``None`` too, but
+    only after waiting up to a second for an error that cannot come (its
+    ``_report_thread_runner_error(block=True)``; the runner thread queues its
+    error before it ends). The prefetching executor makes one request past
+    the end of training, which would hold each worker that long.
+    """
+    return (
+        session.training_started
+        and not session.training_thread.is_alive()
+        and session.result_queue.empty()
+        and session.error_queue.empty()
+        and getattr(session, "_inter_actor_queue", None) is None
+    )
+
+
 def worker_get_next() -> Any:
     """``_TrainSession.get_next`` on a training worker.
 
@@ -571,6 +589,8 @@ def worker_get_next() -> Any:
     try:
         if session is None:
             raise RuntimeError
+        if _training_over(session):
+            return None
         return session.get_next()
     except RuntimeError:  # what Ray's closure turns into TrainBackendError
         raise TrainBackendError(

@@ -66,12 +66,18 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     without letting the workers run further ahead than Ray allows:
 
     * the workers report synchronously (their ``get_next`` releases the
-      training thread when it is *called*, then waits for the result);
-    * the executor issues that call at the moment Ray's executor would
-      release the worker: when it hands a result to the coordinator;
-    * so when the coordinator asks for the next result, it is usually waiting
-      in the executor already, one hop away, as it would wait in the worker's
-      queue with Ray's executor.
+      training thread when it *starts*, then waits for the result);
+    * when the coordinator asks for result *k*, the executor first issues the
+      request for *k + 1*, then waits for *k* (requested the same way during
+      the previous call). On each worker the new request queues behind the
+      one for *k* and starts as soon as *k* is taken, releasing the training
+      thread there and then: exactly when Ray's executor, whose ``get_next``
+      for *k* is issued when the coordinator asks and releases the worker as
+      it takes *k*, would release it;
+    * so result *k* is usually waiting in the executor already when the
+      coordinator asks, one hop away, as it would wait in the worker's queue
+      with Ray's executor, and no worker waits for a round trip through the
+      executor before it may go on.
 
     A worker is therefore released at the same point as with Ray's executor
     and still holds at most one unconsumed result, so a trial Tune stops after
@@ -118,12 +124,18 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
 
         Same contract as Ray's (a result per worker, ``None`` once every
         worker's training function returned, the same error if only some
-        did), served from the request issued when the previous result was
-        handed over; the next request is issued before this one returns.
+        did), served from the request issued during the previous call; the
+        next request is issued before this one's results are awaited.
         """
         futures, self._next_results = self._next_results, None
         if futures is None:  # not started, or after the final None: as Ray does
             futures = self._request_next_results()
+        # The coordinator is asking now: the next request goes out before this
+        # one's results are awaited. On each worker it queues behind the
+        # current get_next and starts the moment that one has taken its result,
+        # releasing the training thread there and then, as Ray's get_next does
+        # (no round trip through this actor before a worker may go on).
+        self._next_results = self._request_next_results()
         results = self.get_with_failure_handling(futures)
         if any(r is _compat.WorkerSignal.STOPPED for r in results):  # never before shutdown
             raise RuntimeError("get_next_results() called after shutdown began")
@@ -134,8 +146,10 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
                     "that `session.report()` are called the same number of times "
                     "on all workers."
                 )
+            # Training is over: the request just issued finds no training
+            # thread and returns None at once (_compat.worker_get_next).
+            self._next_results = None
             return None
-        self._next_results = self._request_next_results()
         return results
 
     def shutdown(self, graceful_termination: bool = True) -> None:
