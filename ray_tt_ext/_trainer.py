@@ -29,7 +29,7 @@ from ray_tt_ext._compat import (
     FunctionTrainable,
     PlacementGroupFactory,
 )
-from ray_tt_ext._executor import RemoteBackendExecutor
+from ray_tt_ext._executor import ExecutorActorDiedError, RemoteBackendExecutor
 from ray_tt_ext._payload import (
     check_registered_payload,
     guarded_by_caller,
@@ -273,9 +273,12 @@ def _executors_shut_down(trainer: Any) -> Iterator[None]:
     loop shuts the executor down in a ``finally``; Ray 2.40's only when the
     loop returns, so when Tune stops a trial (``SystemExit`` in the
     coordinator's ``train.report``) the workers died with the trial actor,
-    without the backend's ``on_shutdown``. Here the executor is shut down
-    gracefully on every way out, unless the loop already did (or an error in
-    the training function shut it down by force).
+    without the backend's ``on_shutdown``. Here the executor is shut down on
+    every way out, unless the loop already did (or an error in the training
+    function shut it down by force): gracefully when the loop returned or
+    Tune stopped the trial (``SystemExit``), by force on any other error (a
+    worker's death, say, where the backend's cleanup could wait on the dead
+    worker).
     """
     executor_cls = getattr(trainer, "_backend_executor_cls", None)
     if executor_cls is None:  # not a data-parallel trainer
@@ -283,29 +286,32 @@ def _executors_shut_down(trainer: Any) -> Iterator[None]:
         return
     started: list[Any] = []
 
-    def make_executor(**kwargs: Any) -> Any:
-        executor = executor_cls(**kwargs)
+    def make_executor(*args: Any, **kwargs: Any) -> Any:
+        executor = executor_cls(*args, **kwargs)
         started.append(executor)
         return executor
 
     trainer._backend_executor_cls = make_executor
     try:
         yield
-    except BaseException:
+    except BaseException as error:
         trainer._backend_executor_cls = executor_cls
-        _shut_down(started, quiet=True)  # the loop's own error is the one to see
+        # The loop's own error is the one to see.
+        _shut_down(started, graceful=isinstance(error, SystemExit), quiet=True)
         raise
     trainer._backend_executor_cls = executor_cls
-    _shut_down(started, quiet=False)
+    _shut_down(started, graceful=True, quiet=False)
 
 
-def _shut_down(executors: list[Any], quiet: bool) -> None:
-    """Graceful shutdown of the executors still started (Ray 2.40's ``shutdown``
-    is not idempotent: a second call fails on the inactive worker group)."""
+def _shut_down(executors: list[Any], graceful: bool, quiet: bool) -> None:
+    """Shut down the executors still started (Ray 2.40's ``shutdown`` is not
+    idempotent: a second call fails on the inactive worker group)."""
     for executor in executors:
         try:
             if executor.is_started():
-                executor.shutdown()
+                executor.shutdown(graceful_termination=graceful)
+        except ExecutorActorDiedError:
+            pass  # its workers died with it
         except Exception:
             if not quiet:
                 raise
