@@ -402,9 +402,9 @@ class _TrainCoordinator(FunctionTrainable):
 
         Extends ``FunctionTrainable.cleanup``; runs in the trial actor when
         Tune stops the trial. Ray's wakes the training thread (which leaves
-        the trainer's training loop, whose ``finally`` shuts the executor
-        down: the backend's ``on_shutdown``, then the workers) and returns at
-        once; Tune then lets the actor go, and a shutdown still in progress
+        the trainer's training loop and shuts the executor down: the
+        backend's ``on_shutdown``, then the workers; see
+        :func:`_executors_shut_down`) and returns at once; Tune then lets the actor go, and a shutdown still in progress
         dies with it. This waits for that thread, up to
         :data:`COORDINATOR_STOP_PATIENCE_S`, so the graceful shutdown
         completes with either executor (the remote one takes a few more
