@@ -163,8 +163,9 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         ``get_next`` returns :attr:`WorkerSignal.STOPPED` at once (see
         ``_compat.worker_report_synchronously``), and Ray's graceful shutdown
         follows: ``on_shutdown`` on every worker, then the workers exit,
-        stopping the step in progress where Ray's executor stops it (the
-        worker does not get to persist a checkpoint the driver never records).
+        stopping the step in progress where Ray's executor stops it (unless
+        it had already reached its report, it writes no checkpoint the driver
+        never records).
 
         Without a stop signal (in-process use) it waits for the requests
         instead, up to Ray's own 5 s worker patience, and falls back to Ray's
