@@ -105,12 +105,6 @@ def _three_reports():
     return "done"
 
 
-def _slow_second_step():
-    ray.train.report({"step": 0})
-    time.sleep(300)  # the early request for result 2 waits on this
-    ray.train.report({"step": 1})
-
-
 def _started_executor(train_func, storage_path, backend_config=None):
     from ray.train import DataConfig
 
@@ -150,7 +144,12 @@ def test_in_process_graceful_shutdown_does_not_wait_for_a_result_requested_early
     ray_start_4_cpus, storage_path
 ):
     # In-process (no executor actor, so no stop signal): the fallback.
-    executor = _started_executor(_slow_second_step, storage_path, CleanupBackendConfig())
+    # The early request for result 2 waits on a 300 s step.
+    executor = _started_executor(
+        functools.partial(slow_checkpointing_loop, 300.0),
+        storage_path,
+        CleanupBackendConfig(),
+    )
     try:
         assert [r.metrics["step"] for r in executor.get_next_results()] == [0, 0]
         # Result 2 is now requested; the workers sleep before producing it.
