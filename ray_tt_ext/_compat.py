@@ -84,6 +84,7 @@ from ray.air.config import ScalingConfig as AirScalingConfig
 from ray.air.util.node import _force_on_current_node
 from ray.train._internal.backend_executor import BackendExecutor, TrainBackendError
 from ray.train._internal.storage import StorageContext
+from ray.train._internal.worker_group import RayTrainWorker as _RayTrainWorker
 from ray.train.base_trainer import BaseTrainer
 from ray.train.constants import CHECKPOINT_DIR_NAME  # noqa: F401
 from ray.train.data_parallel_trainer import DataParallelTrainer
@@ -597,6 +598,26 @@ def worker_get_next() -> Any:
             "`get_next_results` has been called before `start_training`. "
             "Please call `start_training` before `get_next_results`."
         ) from None
+
+
+class RayTrainWorker(_RayTrainWorker):
+    """Ray's ``RayTrainWorker`` (Ray 2.40 .. 2.60) plus :meth:`get_next`.
+
+    The training workers' actor class when the remote executor starts them
+    (``BackendExecutor.start(train_cls=...)``). The same name as Ray's, so
+    ``ray list actors`` and a worker's ``ActorDiedError`` read as with Ray's
+    executor.
+    """
+
+    def get_next(self) -> Any:
+        """``__execute(worker_get_next)``: Ray's ``RayTrainWorker.__execute``
+        with :func:`worker_get_next`, its error handling included.
+
+        Runs on a training worker; the remote executor's call on every
+        report. A method of its own spares sending (and unpickling) the
+        function with each call: about 0.1 ms of CPU per report.
+        """
+        return self._RayTrainWorker__execute(worker_get_next)
 
 
 __all__ = [

@@ -93,6 +93,7 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         super().__init__(*args, **kwargs)
         self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
         self._stop_signal: Optional[_StopSignal] = None
+        self._workers_have_get_next = False  # see start()
 
     def use_stop_signal(self, signal: _StopSignal) -> None:
         """Let early requests go at shutdown through ``signal`` (see :meth:`shutdown`).
@@ -103,7 +104,32 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """
         self._stop_signal = signal
 
+    def start(
+        self,
+        initialization_hook: Optional[Callable[[], None]] = None,
+        train_cls: Optional[type] = None,
+        train_cls_args: Optional[tuple] = None,
+        train_cls_kwargs: Optional[dict] = None,
+    ) -> None:
+        """Overrides ``BackendExecutor.start``; runs in the executor actor.
+
+        Ray's, with workers of :class:`_compat.RayTrainWorker` (Ray's, with a
+        ``get_next`` method) unless a ``train_cls`` is given. Ray's restart
+        after a worker failure calls this again, without one.
+        """
+        self._workers_have_get_next = train_cls is None
+        super().start(
+            initialization_hook,
+            _compat.RayTrainWorker if train_cls is None else train_cls,
+            train_cls_args,
+            train_cls_kwargs,
+        )
+
     def _request_next_results(self) -> list[Any]:
+        workers = self.worker_group.workers
+        if workers and self._workers_have_get_next:
+            return [w.actor.get_next.remote() for w in workers]
+        # Ray's way (also its error when the group has no workers).
         return self.worker_group.execute_async(_compat.worker_get_next)
 
     def start_training(self, *args: Any, **kwargs: Any) -> None:
