@@ -614,8 +614,8 @@ class RayTrainWorker(_RayTrainWorker):
         with :func:`worker_get_next`, its error handling included.
 
         Runs on a training worker; the remote executor's call on every
-        report. A method of its own spares sending (and unpickling) the
-        function with each call: about 0.1 ms of CPU per report.
+        report. A method of its own spares pickling, sending and unpickling
+        the function with each call (0.06 ms to send it, on 2 cores).
         """
         return self._RayTrainWorker__execute(worker_get_next)
 
