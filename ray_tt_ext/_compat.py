@@ -620,6 +620,21 @@ class RayTrainWorker(_RayTrainWorker):
         return self._RayTrainWorker__execute(worker_get_next)
 
 
+def get_next_methods(worker_group: Any) -> list[Any]:
+    """Each worker's :meth:`RayTrainWorker.get_next`, as an actor method to call.
+
+    Runs in the executor actor, right after it started ``worker_group``
+    (``WorkerGroup.workers``, Ray 2.40 .. 2.60) with :class:`RayTrainWorker`.
+    The tasks are named as those of Ray's ``BackendExecutor.get_next_results``
+    (``_RayTrainWorker__execute.get_next``), so ``ray list tasks`` and a
+    worker's ``RayTaskError`` read the same with either executor.
+    """
+    return [
+        w.actor.get_next.options(name="_RayTrainWorker__execute.get_next")
+        for w in worker_group.workers
+    ]
+
+
 __all__ = [
     "AirCheckpointConfig",
     "AirRunConfig",
@@ -649,5 +664,7 @@ __all__ = [
     "grpc_max_message_bytes",
     "ray_cloudpickle",
     "worker_get_next",
+    "RayTrainWorker",
+    "get_next_methods",
     "worker_report_synchronously",
 ]

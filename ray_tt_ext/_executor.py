@@ -93,7 +93,8 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         super().__init__(*args, **kwargs)
         self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
         self._stop_signal: Optional[_StopSignal] = None
-        self._workers_have_get_next = False  # see start()
+        # (worker group, its workers' get_next methods), see start()
+        self._get_next: Optional[tuple[Any, list[Any]]] = None
 
     def use_stop_signal(self, signal: _StopSignal) -> None:
         """Let early requests go at shutdown through ``signal`` (see :meth:`shutdown`).
@@ -117,19 +118,24 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         ``get_next`` method) unless a ``train_cls`` is given. Ray's restart
         after a worker failure calls this again, without one.
         """
-        self._workers_have_get_next = train_cls is None
+        self._get_next = None
         super().start(
             initialization_hook,
             _compat.RayTrainWorker if train_cls is None else train_cls,
             train_cls_args,
             train_cls_kwargs,
         )
+        if train_cls is None:
+            self._get_next = (
+                self.worker_group,
+                _compat.get_next_methods(self.worker_group),
+            )
 
     def _request_next_results(self) -> list[Any]:
-        workers = self.worker_group.workers
-        if workers and self._workers_have_get_next:
-            return [w.actor.get_next.remote() for w in workers]
-        # Ray's way (also its error when the group has no workers).
+        if self._get_next is not None and self._get_next[0] is self.worker_group:
+            return [get_next.remote() for get_next in self._get_next[1]]
+        # Ray's way: a train_cls of the caller's, or the group was shut down
+        # (Ray's error then) or replaced.
         return self.worker_group.execute_async(_compat.worker_get_next)
 
     def start_training(self, *args: Any, **kwargs: Any) -> None:
@@ -166,7 +172,9 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         self._next_results = self._request_next_results()
         try:  # usually ready by now: one get, not Ray's wait-and-get per worker
             results = ray.get(futures, timeout=0)
-        except Exception:  # not ready, or failed: Ray's own waiting and handling
+        except Exception:  # not ready, or failed: Ray's own waiting and handling,
+            results = None  # outside this block (no chained "during handling")
+        if results is None:
             results = self.get_with_failure_handling(futures)
         if any(r is _compat.WorkerSignal.STOPPED for r in results):  # never before shutdown
             raise RuntimeError("get_next_results() called after shutdown began")

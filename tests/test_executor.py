@@ -312,6 +312,8 @@ def test_users_error_reaches_the_result_with_its_type_and_message(
     assert isinstance(result.error, ray.exceptions.RayTaskError), repr(result.error)
     assert isinstance(result.error, ValueError), repr(result.error)
     assert "lr must be positive" in str(result.error)
+    if raise_at == "start":  # raised to the get_next task, named as Ray names it
+        assert "_RayTrainWorker__execute.get_next" in str(result.error), str(result.error)
     # The coordinator saw the user's error and reported the run as errored.
     status = recorded("final_run_status")
     assert status is not None and status["errored"] is True
