@@ -638,7 +638,9 @@ def _render(sections: dict[str, Any]) -> str:
                 " (full and roomy: reports only; the 10 ms row, not part of the goal: "
                 f"{data['steps_10ms']['num_reports'] if 'steps_10ms' in data else 500} "
                 "reports, each after a 10 ms sleep standing in for a training step). "
-                "`report()` p50: how long the worker's `train.report()` blocks.",
+                "`report()` p50: how long the worker's `train.report()` blocks. One "
+                "run: single pairs vary widely on a shared 2-core machine (per pair); "
+                "[guide.md](guide.md#the-remote-backendexecutor) compares several runs.",
                 "",
                 "| setup | local reports/s | remote reports/s | overhead | per pair "
                 "| of medians | `report()` p50 local / remote |",
