@@ -664,7 +664,7 @@ __all__ = [
     "grpc_max_message_bytes",
     "ray_cloudpickle",
     "worker_get_next",
+    "worker_report_synchronously",
     "RayTrainWorker",
     "get_next_methods",
-    "worker_report_synchronously",
 ]

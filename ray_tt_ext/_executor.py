@@ -211,6 +211,7 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         forced shutdown (no ``on_shutdown``) if they do not come.
         """
         pending, self._next_results = self._next_results, None
+        self._get_next = None  # the workers go: no handles kept
         if graceful_termination and self._stop_signal is not None:
             # Also when nothing is pending here: after a worker's death the
             # others may still be inside the get_next that failed.
@@ -315,8 +316,8 @@ class BackendExecutorHost:
     def get_next_results(self) -> Any:
         """``call("get_next_results", (), {})``, without arguments to serialize.
 
-        The coordinator's call on every report (a tenth of a millisecond
-        less per report than through :meth:`call`).
+        Runs in the executor actor; the coordinator's call on every report
+        (about 0.1 ms less to send than :meth:`call`, on 2 cores).
         """
         return self.call("get_next_results", (), {})
 
