@@ -93,8 +93,8 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         super().__init__(*args, **kwargs)
         self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
         self._stop_signal: Optional[_StopSignal] = None
-        # (worker group, its workers' get_next methods), see start()
-        self._get_next: Optional[tuple[Any, list[Any]]] = None
+        # The workers' own get_next methods while they run, see start()
+        self._get_next: Optional[list[Any]] = None
 
     def use_stop_signal(self, signal: _StopSignal) -> None:
         """Let early requests go at shutdown through ``signal`` (see :meth:`shutdown`).
@@ -126,16 +126,12 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
             train_cls_kwargs,
         )
         if train_cls is None:
-            self._get_next = (
-                self.worker_group,
-                _compat.get_next_methods(self.worker_group),
-            )
+            self._get_next = _compat.get_next_methods(self.worker_group)
 
     def _request_next_results(self) -> list[Any]:
-        if self._get_next is not None and self._get_next[0] is self.worker_group:
-            return [get_next.remote() for get_next in self._get_next[1]]
-        # Ray's way: a train_cls of the caller's, or the group was shut down
-        # (Ray's error then) or replaced.
+        if self._get_next is not None:
+            return [get_next.remote() for get_next in self._get_next]
+        # Ray's way: a train_cls of the caller's, or after shutdown (Ray's error).
         return self.worker_group.execute_async(_compat.worker_get_next)
 
     def start_training(self, *args: Any, **kwargs: Any) -> None:
@@ -435,16 +431,16 @@ class RemoteBackendExecutor:
         return self._actor
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        return self._wait(method, lambda actor: actor.call.remote(method, args, kwargs))
+
+    def _wait(self, method: str, submit: Callable[[Any], Any]) -> Any:
+        """The result of ``submit(actor)``, the executor actor's call for ``method``."""
         if self._actor is None:
             raise ExecutorActorDiedError(
                 f"RemoteBackendExecutor.{method}() called after shutdown()."
             )
         try:
-            if method == "get_next_results":  # every report: the call without arguments
-                ref = self._actor.get_next_results.remote()
-            else:
-                ref = self._actor.call.remote(method, args, kwargs)
-            return ray.get(ref)
+            return ray.get(submit(self._actor))
         except RayTaskError as e:
             # The executor is alive and raised: re-raise what it raised, as a
             # local executor would. Checked before RayActorError: a worker's
@@ -484,7 +480,8 @@ class RemoteBackendExecutor:
         self._call("start_training", *args, **kwargs)
 
     def get_next_results(self) -> Optional[list[Any]]:
-        return self._call("get_next_results")
+        # Every report: the actor's method without arguments to serialize.
+        return self._wait("get_next_results", lambda actor: actor.get_next_results.remote())
 
     def pause_reporting(self) -> None:
         self._call("pause_reporting")
