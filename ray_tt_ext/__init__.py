@@ -34,11 +34,11 @@ if TYPE_CHECKING:  # for type checkers and IDEs; at run time, see __getattr__
         GRPC_MAX_MESSAGE_BYTES,
         PayloadReport,
         PayloadTooLargeError,
-        inspect_payload,
     )
     from ray_tt_ext._storage import CheckpointConfig, StorageContext
     from ray_tt_ext._trainer import BaseTrainer, DataParallelTrainer
     from ray_tt_ext._tuner import Tuner
+    from ray_tt_ext.v2 import inspect_payload
 
 #: public name -> the private module that defines it.
 _EXPORTS = {
@@ -54,7 +54,7 @@ _EXPORTS = {
     "TrainV2EnabledError": "_compat",
     "Tuner": "_tuner",
     "UnsupportedRayVersionError": "_compat",
-    "inspect_payload": "_payload",
+    "inspect_payload": "v2",  # one inspector for both front doors (V2 trainers too)
 }
 #: The names whose first use turns Train V1 on (the others are neutral).
 _TRAIN_V1_NAMES = frozenset(

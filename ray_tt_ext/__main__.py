@@ -44,19 +44,19 @@ def _load(target: str) -> Any:
 
 
 def _registered_form(obj: Any) -> tuple[Any, Optional[str]]:
-    """What Tune registers for ``obj``: a V1 trainer's generated trainable class.
+    """What travels for ``obj``: a V1 trainer's Tune trainable, a V2 trainer's view.
 
     A Trainer instance is not what Tune sends to the GCS; its Tune trainable
-    is. Built without measuring (the CLI measures it with its own limit).
+    is. Built with Ray's ``BaseTrainer._generate_trainable_cls``, which does not
+    measure (the CLI measures it with its own limit). A Train V2 trainer is
+    measured by what its ``fit()`` sends (``_train_v2`` registers that view).
     """
-    from ray_tt_ext._compat import BaseTrainer
-    from ray_tt_ext._payload import caller_guards
+    from ray_tt_ext import _compat
 
-    if isinstance(obj, BaseTrainer):
-        with caller_guards():
-            return obj._generate_trainable_cls(), (
-                f"the Tune trainable of {type(obj).__name__}"
-            )
+    if isinstance(obj, _compat.BaseTrainer):
+        return obj._generate_trainable_cls(), f"the Tune trainable of {type(obj).__name__}"
+    if _compat.is_train_v2_trainer(obj):
+        from ray_tt_ext import _train_v2  # noqa: F401  (registers the V2 trainer view)
     return obj, None
 
 

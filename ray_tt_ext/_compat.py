@@ -185,26 +185,12 @@ def count_out_of_band_pins(ref: Any) -> None:
         _OUT_OF_BAND_PINS[ref.binary()] = [_ray_worker.global_worker.current_job_id, 0]
 
 
-#: Set while ``__reduce_ex__`` is called without pickling the result (the payload
-#: inspector's walk): nothing is serialized then, so Ray adds no pin.
-_NOT_PICKLING: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "ray_tt_ext_not_pickling", default=False
-)
-
-
-@contextlib.contextmanager
-def reducing_without_pickling() -> Iterator[None]:
-    token = _NOT_PICKLING.set(True)
-    try:
-        yield
-    finally:
-        _NOT_PICKLING.reset(token)
-
-
 def note_ref_pickled(ref: Any) -> None:
-    """Count the pin Ray adds if ``ref`` is being pickled out of band now (tracked refs)."""
-    if _NOT_PICKLING.get():
-        return
+    """Count the pin Ray adds if ``ref`` is being pickled out of band now (tracked refs).
+
+    Call it only where ``ref`` is really serialized (a ``__reduce__`` whose
+    result is pickled), not where a reduction is only looked at.
+    """
     with _PINS_LOCK:
         entry = _OUT_OF_BAND_PINS.get(ref.binary())
         if entry is None:
@@ -237,21 +223,33 @@ def release_out_of_band_pins(ref: Any) -> None:
         worker.core_worker.remove_object_ref_reference(ref)
 
 
-_TUNE_DRIVER_HERE = False
+_TUNE_DRIVER_HERE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ray_tt_ext_tune_driver_here", default=False
+)
 
 
-def mark_tune_driver_process() -> None:
-    """This Ray worker process runs Tune's driver loop (the Ray Client Tuner actor,
-    or ``trainer.fit()`` sent to the cluster): treat it as the driver."""
-    global _TUNE_DRIVER_HERE
-    _TUNE_DRIVER_HERE = True
+@contextlib.contextmanager
+def acting_as_tune_driver() -> Iterator[None]:
+    """Tune's driver loop runs in this Ray worker, for the length of the block.
+
+    For the Ray Client Tuner actor's calls and ``trainer.fit()`` sent to the
+    cluster as a task: :func:`is_driver_process` is true inside the block (in
+    this thread, and in threads started with a copy of its context), false
+    after it, so a task worker process Ray reuses for other tasks is not
+    taken for a driver.
+    """
+    token = _TUNE_DRIVER_HERE.set(True)
+    try:
+        yield
+    finally:
+        _TUNE_DRIVER_HERE.reset(token)
 
 
 def is_driver_process() -> bool:
     """Whether Tune's driver loop runs here (a driver, a process without Ray, or a
-    worker marked by :func:`mark_tune_driver_process`), not a trial actor or a
+    Ray worker inside :func:`acting_as_tune_driver`), not a trial actor or a
     training worker."""
-    if _TUNE_DRIVER_HERE:
+    if _TUNE_DRIVER_HERE.get():
         return True
     return getattr(_ray_worker.global_worker, "mode", None) != _ray_worker.WORKER_MODE
 
@@ -635,36 +633,154 @@ def get_next_methods(worker_group: Any) -> list[Any]:
     ]
 
 
+# ---------------------------------------------------------------------------
+# The map of every Ray method ray_tt_ext overrides, extends, replaces or patches
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RayOverride:
+    """One place where ray_tt_ext changes a Ray class or function.
+
+    ``ray``: the Ray attribute, ``"module:Qualified.name"``; ``ours``: where
+    ray_tt_ext does it, ``"ray_tt_ext.module:Qualified.name"``; ``how``:
+    overrides (replaces the method), extends (calls Ray's), replaces (Ray's is
+    not called), patches (sets it on Ray's class), adds (a method of ours on a
+    subclass of Ray's class, built on the private ``ray`` attribute); ``where``:
+    the process it runs in; ``checked``: the Ray releases it was checked
+    against; ``since``: the oldest Ray that has it (Train V2: 2.51).
+    """
+
+    ray: str
+    ours: str
+    how: str
+    where: str
+    checked: str = "2.40 .. 2.60"
+    since: str = "2.40"
+
+
+_V2_CHECKED = "2.51 .. 2.60"
+_TRAIN_V2 = "ray.train.v2.api.data_parallel_trainer:DataParallelTrainer"
+_TUNER_INTERNAL = "ray.tune.impl.tuner_internal:TunerInternal"
+_BASE_TRAINER = "ray.train.base_trainer:BaseTrainer"
+_EXECUTOR = "ray.train._internal.backend_executor:BackendExecutor"
+_STORAGE = "ray.train._internal.storage:StorageContext"
+_FUNCTION_TRAINABLE = "ray.tune.trainable.function_trainable:FunctionTrainable"
+
+#: ``scripts/matrix.sh`` on a new Ray runs ``tests/test_compat_map.py``, which
+#: checks that each ``ray`` attribute still exists: what moved is named there.
+RAY_OVERRIDES: tuple[RayOverride, ...] = (
+    # -- Tuner (driver, or under Ray Client the Tuner actor) --------------------
+    RayOverride("ray.tune:Tuner.__init__", "ray_tt_ext._tuner:Tuner.__init__", "replaces", "driver / Ray Client client"),
+    RayOverride("ray.tune:Tuner.restore", "ray_tt_ext._tuner:Tuner.restore", "replaces", "driver / Ray Client client"),
+    RayOverride("ray.tune.tuner:_force_on_current_node", "ray_tt_ext._tuner:_remote_tuner_internal_cls", "replaces", "Ray Client client (Ray's client Tuner actor)"),
+    RayOverride(f"{_TUNER_INTERNAL}.__init__", "ray_tt_ext._tuner:_TunerInternal.__init__", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.__getstate__", "ray_tt_ext._tuner:_TunerInternal.__getstate__", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.__setstate__", "ray_tt_ext._tuner:_TunerInternal.__setstate__", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}._convert_trainable", "ray_tt_ext._tuner:_TunerInternal._convert_trainable", "overrides", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}._validate_trainable", "ray_tt_ext._tuner:_TunerInternal._validate_trainable", "overrides", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_TunerInternal.fit", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_ClientTunerInternal.fit", "extends", "Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.get_results", "ray_tt_ext._tuner:_ClientTunerInternal.get_results", "extends", "Ray Client Tuner actor"),
+    RayOverride("ray.tune.experiment:Experiment._storage_context_cls", "ray_tt_ext._storage:checkpoint_policy_installed", "patches", "driver, while a fit runs"),
+    # -- V1 trainers -----------------------------------------------------------
+    RayOverride("ray.train.base_trainer:_train_coordinator_fn", "ray_tt_ext._trainer:_train_coordinator_fn", "replaces", "trial actor (coordinator)"),
+    RayOverride(f"{_BASE_TRAINER}._validate_attributes", "ray_tt_ext._trainer:BaseTrainer._validate_attributes", "overrides", "driver and trial actor"),
+    RayOverride(f"{_BASE_TRAINER}.fit", "ray_tt_ext._trainer:BaseTrainer.fit", "extends", "driver"),
+    RayOverride(f"{_BASE_TRAINER}._generate_trainable_cls", "ray_tt_ext._trainer:BaseTrainer._generate_trainable_cls", "overrides", "driver"),
+    RayOverride(f"{_BASE_TRAINER}.as_trainable", "ray_tt_ext._trainer:BaseTrainer.as_trainable", "overrides", "driver"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.setup", "ray_tt_ext._trainer:_TrainCoordinator.setup", "overrides", "trial actor"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._trainer:_TrainCoordinator.cleanup", "extends", "trial actor"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._trainer:_TrainCoordinator._trainable_func", "overrides", "trial actor"),
+    RayOverride("ray.tune.trainable:Trainable.default_resource_request", "ray_tt_ext._trainer:_TrainCoordinator.default_resource_request", "overrides", "driver"),
+    RayOverride("ray.train.data_parallel_trainer:DataParallelTrainer._propagate_results", "ray_tt_ext._trainer:DataParallelTrainer._propagate_results", "extends", "trial actor (coordinator)"),
+    RayOverride("ray.train.data_parallel_trainer:DataParallelTrainer._backend_executor_cls", "ray_tt_ext._trainer:_executors_shut_down", "patches", "trial actor, per trainer instance"),
+    # -- StorageContext (where checkpoints are saved, and the driver) -----------
+    RayOverride(f"{_STORAGE}._update_checkpoint_index", "ray_tt_ext._storage:StorageContext._update_checkpoint_index", "overrides", "trial actor, training workers, coordinator, driver"),
+    RayOverride(f"{_STORAGE}.checkpoint_dir_name", "ray_tt_ext._storage:StorageContext.checkpoint_dir_name", "overrides", "wherever a checkpoint is saved"),
+    RayOverride(f"{_STORAGE}.persist_current_checkpoint", "ray_tt_ext._storage:StorageContext.persist_current_checkpoint", "extends", "trial actor, training workers"),
+    # -- The remote executor (executor actor, training workers) ------------------
+    RayOverride(f"{_EXECUTOR}.__init__", "ray_tt_ext._executor:_PrefetchingBackendExecutor.__init__", "extends", "executor actor"),
+    RayOverride(f"{_EXECUTOR}.start", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start", "overrides", "executor actor"),
+    RayOverride(f"{_EXECUTOR}.start_training", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start_training", "overrides", "executor actor"),
+    RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "overrides", "executor actor"),
+    RayOverride(f"{_EXECUTOR}.shutdown", "ray_tt_ext._executor:_PrefetchingBackendExecutor.shutdown", "overrides", "executor actor"),
+    RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "uses", "executor actor"),
+    RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat:RayTrainWorker.get_next", "adds", "training worker"),
+    RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat:worker_report_synchronously", "patches", "training worker (synchronous_result_reporting, result_queue)"),
+    RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat:_training_over", "uses", "training worker (training_thread, result_queue, error_queue)"),
+    # -- Ray's core, driver ------------------------------------------------------
+    RayOverride("ray._private.worker:_post_init_hooks", "ray_tt_ext._compat:add_post_init_hook", "patches", "driver"),
+    RayOverride("ray._raylet:CoreWorker.remove_object_ref_reference", "ray_tt_ext._compat:release_out_of_band_pins", "uses", "driver"),
+    # -- Train V2 (Ray >= 2.51) -------------------------------------------------
+    RayOverride(f"{_TRAIN_V2}._validate_configs", "ray_tt_ext._train_v2:_V2TrainerMixin._validate_configs", "extends", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}._get_train_func", "ray_tt_ext._train_v2:_V2TrainerMixin._get_train_func", "overrides", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}.fit", "ray_tt_ext._train_v2:_V2TrainerMixin.fit", "extends", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:DistributedTrainFnUtils.report", "ray_tt_ext._train_v2:_NamingTrainFnUtils.report", "extends", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:set_train_fn_utils", "ray_tt_ext._train_v2:_PolicyTrainFn.__call__", "patches", "Train V2 training worker", _V2_CHECKED, "2.51"),
+)  # fmt: skip
+
+
+# Every name other ray_tt_ext modules (and the tests, scripts and release
+# scenarios) take from this module; tests/test_compat_map.py keeps it accurate.
 __all__ = [
-    "AirCheckpointConfig",
+    "AirEntrypoint",
     "AirRunConfig",
     "AirScalingConfig",
     "BackendExecutor",
     "BaseTrainer",
+    "CHECKPOINT_DIR_NAME",
     "DataParallelTrainer",
     "Experiment",
     "FUNCTION_SIZE_ERROR_THRESHOLD",
     "FUNCTION_SIZE_WARN_THRESHOLD",
+    "FunctionTrainable",
+    "MIN_TRAIN_V2_RAY_VERSION",
+    "PlacementGroupFactory",
+    "RAY_OVERRIDES",
     "RAY_VERSION",
+    "RESULT_DUPLICATE",
+    "RayOverride",
+    "RayTrainWorker",
     "StartTraceback",
     "StartTracebackWithWorkerRank",
     "StorageContext",
-    "TrainBackendError",
     "TrainV2DisabledError",
     "TrainV2EnabledError",
+    "TuneCheckpoint",
+    "TuneCheckpointConfig",
+    "TuneError",
+    "TuneFailureConfig",
+    "TuneRunConfig",
     "TunerInternal",
+    "UnsupportedRayVersionError",
     "V2_ENV_VAR",
     "WorkerSignal",
+    "acting_as_tune_driver",
+    "add_post_init_hook",
+    "check_ray_version",
+    "count_out_of_band_pins",
+    "deep_update",
     "ensure_train_v1",
     "ensure_train_v2",
+    "force_on_current_node_options",
+    "get_checkpoint",
+    "get_next_methods",
+    "get_session",
+    "grpc_max_message_bytes",
+    "is_driver_process",
     "is_train_v2_trainer",
     "join_training_thread",
-    "train_v2_api",
-    "to_train_v1",
-    "grpc_max_message_bytes",
+    "note_ref_pickled",
     "ray_cloudpickle",
+    "release_out_of_band_pins",
+    "set_experiment_storage_context_cls",
+    "should_pickle_by_reference",
+    "to_train_v1",
+    "train_v1_runtime_env_vars",
+    "train_v2_api",
+    "train_v2_enabled",
+    "tune_report",
     "worker_get_next",
     "worker_report_synchronously",
-    "RayTrainWorker",
-    "get_next_methods",
 ]

@@ -11,15 +11,13 @@ band, so a 1 GiB array costs a length lookup, not a 1 GiB copy.
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import functools
 import json
 import logging
 import os
 import pickle
 import types
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -40,48 +38,45 @@ _PROTOCOL = 5
 # or BINBYTES8 opcode with its 8-byte length, instead of NEXT_BUFFER.
 _IN_BAND_HEADER = 8
 
-# Set while the guard measures what Tune will register: values that are
-# pending for the object store (trainer parameters held before ``ray.init()``)
-# pickle as the reference they will become, not as their data.
-_MEASURING_REGISTERED: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "ray_tt_ext_measuring_registered", default=False
-)
+#: The hook the measuring pickler consults: an object whose class defines
+#: ``__reduce_for_payload__(self, *, pickling: bool, registered: bool)`` is
+#: measured by what it returns instead of its ``__reduce__``. ``pickling`` says
+#: whether the result is pickled now (False while the inspector only walks the
+#: graph), ``registered`` whether it is measured as Tune will register it once
+#: Ray runs (:func:`check_registered_payload`). Its own ``__reduce__`` should be
+#: the hook with ``pickling=True, registered=False``.
+REDUCE_HOOK = "__reduce_for_payload__"
+
+# (predicate, view): ``inspect_payload(obj)`` measures ``view(obj)`` for the first
+# predicate that holds; see :func:`register_payload_view`.
+_VIEWS: list[tuple[Callable[[Any], bool], Callable[[Any], Any]]] = []
 
 
-def measuring_registered() -> bool:
-    """True inside :func:`registered_view` (see ``_MEASURING_REGISTERED``)."""
-    return _MEASURING_REGISTERED.get()
+def register_payload_view(
+    predicate: Callable[[Any], bool], view: Callable[[Any], Any]
+) -> None:
+    """Measure objects for which ``predicate(obj)`` holds as ``view(obj)``.
+
+    For objects that never travel themselves, only parts of them (a Train V2
+    trainer sends its training function and ``train_loop_config``); the module
+    that knows the kind registers it, so the inspector knows nothing of kinds.
+    """
+    _VIEWS.append((predicate, view))
 
 
-# Set while a Tuner converts a trainer: the Tuner measures what it will
-# register itself, with its own limit, so ``as_trainable()`` does not.
-_GUARDED_BY_CALLER: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "ray_tt_ext_guarded_by_caller", default=False
-)
+def _viewed(obj: Any) -> Any:
+    for predicate, view in _VIEWS:
+        if predicate(obj):
+            return view(obj)
+    return obj
 
 
-def guarded_by_caller() -> bool:
-    """True inside :func:`caller_guards` (a Tuner's conversion)."""
-    return _GUARDED_BY_CALLER.get()
-
-
-@contextlib.contextmanager
-def _flag_set(flag: contextvars.ContextVar[bool]) -> Iterator[None]:
-    token = flag.set(True)
-    try:
-        yield
-    finally:
-        flag.reset(token)
-
-
-def caller_guards() -> contextlib.AbstractContextManager[None]:
-    """The caller measures the trainable it gets (once, with its own limit)."""
-    return _flag_set(_GUARDED_BY_CALLER)
-
-
-def registered_view() -> contextlib.AbstractContextManager[None]:
-    """Measure pending object-store values as the references they become."""
-    return _flag_set(_MEASURING_REGISTERED)
+def _payload_reduce(obj: Any, *, pickling: bool, registered: bool) -> Any:
+    """``obj``'s own reduction for the payload hook, or ``None`` if it has none."""
+    hook = getattr(type(obj), REDUCE_HOOK, None)
+    if hook is None:
+        return None
+    return hook(obj, pickling=pickling, registered=registered)
 
 
 # ---------------------------------------------------------------------------
@@ -103,7 +98,19 @@ class _CountingSink:
         return n
 
 
-class _ExcludingPickler(_compat.ray_cloudpickle.CloudPickler):
+class _MeasuringPickler(_compat.ray_cloudpickle.CloudPickler):
+    """``ray.cloudpickle``'s pickler that consults :data:`REDUCE_HOOK`."""
+
+    def __init__(self, *args: Any, registered: bool, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self._registered = registered
+
+    def reducer_override(self, obj: Any) -> Any:
+        reduced = _payload_reduce(obj, pickling=True, registered=self._registered)
+        return super().reducer_override(obj) if reduced is None else reduced
+
+
+class _ExcludingPickler(_MeasuringPickler):
     """Pickles objects listed in ``exclude`` as a tiny reference instead.
 
     Used to size one part of an object graph without counting the parts
@@ -122,10 +129,14 @@ class _ExcludingPickler(_compat.ray_cloudpickle.CloudPickler):
         return None
 
 
-def _pickled_size(obj: Any, exclude: Optional[Container[int]] = None) -> int:
+def _pickled_size(
+    obj: Any, exclude: Optional[Container[int]] = None, registered: bool = False
+) -> int:
     """``len(ray.cloudpickle.dumps(obj))`` to within a few bytes per buffer.
 
-    With ``exclude``, objects whose ``id`` is in it count as a few bytes.
+    With ``exclude``, objects whose ``id`` is in it count as a few bytes. With
+    ``registered``, objects with the :data:`REDUCE_HOOK` count as Tune will
+    register them.
     """
     sink = _CountingSink()
     out_of_band: list[int] = []
@@ -135,16 +146,17 @@ def _pickled_size(obj: Any, exclude: Optional[Container[int]] = None) -> int:
         return None  # falsy: keep it out of band, nothing is copied
 
     if exclude:
-        pickler = _ExcludingPickler(
+        pickler: _MeasuringPickler = _ExcludingPickler(
             sink,
             protocol=_PROTOCOL,
             buffer_callback=on_buffer,
+            registered=registered,
             exclude=exclude,
             target=obj,
         )
     else:
-        pickler = _compat.ray_cloudpickle.CloudPickler(
-            sink, protocol=_PROTOCOL, buffer_callback=on_buffer
+        pickler = _MeasuringPickler(
+            sink, protocol=_PROTOCOL, buffer_callback=on_buffer, registered=registered
         )
     pickler.dump(obj)
     return sink.nbytes + sum(n + _IN_BAND_HEADER for n in out_of_band)
@@ -307,9 +319,10 @@ def _class_children(cls: type) -> Iterator[tuple[str, Any]]:
         yield f".<bases>[{i}]", base
 
 
-def _reduce_children(obj: Any) -> Iterator[tuple[str, Any]]:
+def _reduce_children(obj: Any, registered: bool) -> Iterator[tuple[str, Any]]:
     try:
-        with _compat.reducing_without_pickling():
+        reduced = _payload_reduce(obj, pickling=False, registered=registered)
+        if reduced is None:
             reduced = obj.__reduce_ex__(_PROTOCOL)
     except Exception:
         return
@@ -339,7 +352,7 @@ def _reduce_children(obj: Any) -> Iterator[tuple[str, Any]]:
             yield _key_label(key), value
 
 
-def _children(obj: Any) -> Iterator[tuple[str, Any]]:
+def _children(obj: Any, registered: bool = False) -> Iterator[tuple[str, Any]]:
     if isinstance(obj, _LEAF_TYPES) or type(obj).__module__.startswith("numpy"):
         return
     if isinstance(obj, dict):
@@ -365,7 +378,7 @@ def _children(obj: Any) -> Iterator[tuple[str, Any]]:
     elif isinstance(obj, type):
         yield from _class_children(obj)
     else:
-        yield from _reduce_children(obj)
+        yield from _reduce_children(obj, registered)
 
 
 def _root_name(obj: Any) -> str:
@@ -382,8 +395,10 @@ def inspect_payload(
 
     Args:
         obj: Anything picklable: a trainable, a function, a trainer, a dict.
-            A Ray Train V2 trainer is measured by what its ``fit()`` sends
-            to the controller: its training function and ``train_loop_config``.
+            An object of a kind registered with :func:`register_payload_view`
+            is measured by its view (a Ray Train V2 trainer, once
+            ``ray_tt_ext.v2`` is imported, by what its ``fit()`` sends to the
+            controller: its training function and ``train_loop_config``).
         name: How to call ``obj`` at the start of each path (default: its
             ``__qualname__`` or type name).
         min_bytes: Parts smaller than this are folded into their parent
@@ -396,13 +411,26 @@ def inspect_payload(
     Raises:
         Whatever pickling ``obj`` raises (e.g. ``TypeError`` for a lock).
     """
-    if _compat.is_train_v2_trainer(obj):
-        # A Train V2 trainer: measure what its fit() sends to the controller.
-        from ray_tt_ext._train_v2 import v2_payload
+    return _inspect(obj, name=name, min_bytes=min_bytes, registered=False)
 
-        name, obj = name or type(obj).__name__, v2_payload(obj)
+
+def inspect_registered(
+    obj: Any, *, name: Optional[str] = None, min_bytes: Optional[int] = None
+) -> PayloadReport:
+    """:func:`inspect_payload` of ``obj`` as Tune will register it once Ray runs
+    (objects with the :data:`REDUCE_HOOK` measured by their registered form)."""
+    return _inspect(obj, name=name, min_bytes=min_bytes, registered=True)
+
+
+def _inspect(
+    obj: Any, *, name: Optional[str], min_bytes: Optional[int], registered: bool
+) -> PayloadReport:
+    """:func:`inspect_payload`; with ``registered``, as Tune will register ``obj``."""
+    viewed = _viewed(obj)
+    if viewed is not obj:  # measured by what travels of it
+        name, obj = name or type(obj).__name__, viewed
     root = name or _root_name(obj)
-    total = _pickled_size(obj)
+    total = _pickled_size(obj, registered=registered)
     threshold = min_bytes if min_bytes is not None else max(1024, total // 1000)
     contributors: list[Contributor] = []
     # Keyed by id(), holding the object itself: parts made by ``__reduce__``
@@ -414,14 +442,17 @@ def inspect_payload(
         """Attribute ``size`` bytes of ``node`` to itself or its big children."""
         own = size
         if depth < _MAX_DEPTH and budget[0] > 0:
-            for label, child in _children(node):
+            for label, child in _children(node, registered):
                 if id(child) in seen:
                     continue  # pickled once, by the first path that reaches it
                 seen[id(child)] = child
                 budget[0] -= 1
                 try:
                     # A standalone pickle has its own header and STOP opcode.
-                    child_size = _pickled_size(child, exclude=seen) - _STANDALONE_OVERHEAD
+                    child_size = (
+                        _pickled_size(child, exclude=seen, registered=registered)
+                        - _STANDALONE_OVERHEAD
+                    )
                 except Exception:
                     continue
                 if child_size >= threshold:
@@ -559,8 +590,9 @@ def check_registered_payload(
     """Measure what Tune will register for ``trainable``; raise if it is too large.
 
     Runs on the driver (or in Ray Client's remote Tuner actor) before the
-    trainable is registered. Parameters pending for the object store are
-    measured as the references they become.
+    trainable is registered. Objects with the :data:`REDUCE_HOOK` are measured
+    as Tune will register them (a trainer's parameters pending for the object
+    store, as the references they become).
 
     ``sent_as`` says how the payload travels (``{grpc}`` is the gRPC limit)
     and ``advice`` how to shrink it; both name the Tune path by default.
@@ -572,12 +604,11 @@ def check_registered_payload(
             part at fault).
     """
     resolved = resolve_payload_limit(limit)
-    with registered_view():
-        try:
-            report = inspect_payload(trainable, name=name)
-        except (TypeError, AttributeError, pickle.PicklingError) as e:
-            # What cloudpickle raises for a lock, a socket, a local class...
-            raise _not_serializable_error(what, trainable, e) from e
+    try:
+        report = inspect_registered(trainable, name=name)
+    except (TypeError, AttributeError, pickle.PicklingError) as e:
+        # What cloudpickle raises for a lock, a socket, a local class...
+        raise _not_serializable_error(what, trainable, e) from e
     if report.total_bytes > resolved:
         raise PayloadTooLargeError(
             f"{what} is {format_bytes(report.total_bytes)} when pickled, over the "

@@ -13,20 +13,16 @@ with the checkpoint folders already in the trial folder (listed once per
 process, never where Tune's driver loop runs); an existing folder is never
 written to again.
 
-Rules (also in the README):
+The policy functions and the run-folder rules (listing, lost progress moved
+aside) are ``_naming``'s, shared with Train V2. Rules (also in the README):
 
-* A rendered name must be one safe path component: not empty, not ``.`` or
-  ``..``, no ``/`` or ``\\``, no NUL or other control character, at most 255
-  bytes in UTF-8. Otherwise: ``ValueError``, nothing is written.
+* A rendered name must be one safe path component (``_naming.validate_dir_name``).
 * Two checkpoints that render the same name: ``ValueError``, nothing is
   overwritten. A folder already in the trial folder that the trial never
   recorded (lost progress): with sequential indexing it is skipped; with a
   metric or callable index a folder matching the template is moved aside
   intact to ``<name>.unrecorded``; any other is a ``ValueError``.
-* Indices strictly increase; a policy that returns an index not above the
-  current one is rejected (``ValueError``).
-* NaN and infinities render as Python spells them: ``nan``, ``inf``, ``-inf``
-  (``{loss:.2f}`` of NaN gives ``nan``). They cannot be an index.
+* Indices strictly increase; NaN and infinities cannot be an index.
 * In a ``DataParallelTrainer`` each worker names the checkpoint it uploads
   from its own reported metrics; rank 0's decision is the one the coordinator
   and the driver record. Workers whose metrics render different names get a
@@ -38,22 +34,28 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-import logging
-import math
-import re
-import string
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
-
-import pyarrow.fs
+from typing import Any, Optional
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import CHECKPOINT_DIR_NAME
-
-logger = logging.getLogger("ray_tt_ext")
+from ray_tt_ext._naming import (
+    DEFAULT_DIR_NAME_TEMPLATE,
+    SEQUENTIAL,
+    FolderListing,
+    IndexPolicy,
+    NamePolicy,
+    continue_index,
+    index_pattern,
+    name_pattern,
+    next_index,
+    render_dir_name,
+    validate_dir_name,
+    validate_policy,
+)
 
 #: Metric key under which the checkpoint's index is reported next to
 #: ``checkpoint_dir_name``.
@@ -61,189 +63,6 @@ CHECKPOINT_INDEX_KEY = "checkpoint_index"
 #: Tune's iteration counter, filled in by Tune *after* a function trainable or
 #: a Train worker has saved the checkpoint reported with it.
 TRAINING_ITERATION = "training_iteration"
-
-SEQUENTIAL = "sequential"
-DEFAULT_DIR_NAME_TEMPLATE = "checkpoint_{index:06d}"
-_MAX_NAME_BYTES = 255
-
-IndexPolicy = Union[str, Callable[[int, dict[str, Any]], int]]
-NamePolicy = Union[str, Callable[[int, dict[str, Any]], str]]
-
-
-# ---------------------------------------------------------------------------
-# Pure policy functions
-# ---------------------------------------------------------------------------
-
-
-def template_fields(template: str) -> set[str]:
-    """The named fields of a ``str.format`` template.
-
-    Raises:
-        ValueError: bad syntax, or a positional field (``{}``, ``{0}``).
-    """
-    try:
-        parsed = list(string.Formatter().parse(template))
-    except ValueError as e:
-        raise ValueError(
-            f"checkpoint_dir_name template {template!r} is not valid str.format "
-            f"syntax: {e}. Example: 'checkpoint_{{training_iteration:06d}}-{{loss:.2f}}'."
-        ) from None
-    fields = set()
-    for _, field_name, format_spec, _ in parsed:
-        if field_name is None:
-            continue
-        base = re.split(r"[.\[]", field_name, maxsplit=1)[0]
-        if base == "" or base.isdigit():
-            raise ValueError(
-                f"checkpoint_dir_name template {template!r} has a positional field "
-                f"'{{{field_name}}}'. Use named fields: 'index' or a reported metric, "
-                "e.g. 'checkpoint_{index:06d}'."
-            )
-        if format_spec and "{" in format_spec:
-            raise ValueError(
-                f"checkpoint_dir_name template {template!r} nests a field in a "
-                "format spec; use a fixed spec such as '{loss:.2f}'."
-            )
-        fields.add(base)
-    return fields
-
-
-def validate_dir_name(name: Any) -> str:
-    """Return ``name`` if it is one safe path component, else raise ``ValueError``."""
-    if not isinstance(name, str):
-        raise ValueError(
-            f"A checkpoint folder name must be a str, got {type(name).__name__} "
-            f"{name!r}. Fix: make checkpoint_dir_name return a str."
-        )
-    problem = None
-    if name in ("", ".", ".."):
-        problem = "is empty or a relative reference"
-    elif "/" in name or "\\" in name:
-        problem = "contains a path separator"
-    elif any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        problem = "contains NUL or another control character"
-    elif len(name.encode("utf-8")) > _MAX_NAME_BYTES:
-        problem = f"is longer than {_MAX_NAME_BYTES} bytes"
-    if problem:
-        raise ValueError(
-            f"Checkpoint folder name {name!r} {problem}; it must be a single path "
-            "component inside the trial folder. Nothing was written. Fix: change "
-            "checkpoint_dir_name, or the metrics it uses, so the name is a plain "
-            "file name (no '/', '..', NUL, at most 255 bytes)."
-        )
-    return name
-
-
-def render_dir_name(policy: NamePolicy, index: int, metrics: dict[str, Any]) -> str:
-    """The folder name for a checkpoint: validated, one path component."""
-    if callable(policy):
-        return validate_dir_name(policy(index, dict(metrics)))
-    values = {**metrics, "index": index}
-    try:
-        name = policy.format(**values)
-    except KeyError as e:
-        missing = e.args[0]
-        available = sorted(str(k) for k in values)
-        raise ValueError(
-            f"checkpoint_dir_name template {policy!r} uses '{missing}', which is not "
-            f"in the reported metrics. Available keys: {available}. Nothing was "
-            "written. Fix: report that metric with every checkpoint, or change the "
-            "template."
-        ) from None
-    except (ValueError, TypeError, IndexError, AttributeError) as e:
-        raise ValueError(
-            f"checkpoint_dir_name template {policy!r} could not be rendered with "
-            f"index={index} and the reported metrics: {e}. Nothing was written."
-        ) from None
-    return validate_dir_name(name)
-
-
-def next_index(policy: IndexPolicy, current: int, metrics: dict[str, Any]) -> int:
-    """The next checkpoint index; strictly above ``current`` or ``ValueError``."""
-    if callable(policy):
-        value = policy(current, dict(metrics))
-        source = "the checkpoint_index callable"
-    elif policy == SEQUENTIAL:
-        value, source = current + 1, "sequential"
-    else:
-        if policy not in metrics:
-            raise ValueError(
-                f"checkpoint_index='{policy}' but the reported metrics have no "
-                f"'{policy}'. Available keys: {sorted(map(str, metrics))}. Fix: report "
-                "it with every checkpoint, or use 'sequential'."
-            )
-        value, source = metrics[policy], f"metric '{policy}'"
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ValueError(
-            f"A checkpoint index must be an integer, got {value!r} from {source}."
-        )
-    if isinstance(value, float):
-        if not math.isfinite(value) or value != int(value):
-            raise ValueError(
-                f"A checkpoint index must be a whole number, got {value!r} from "
-                f"{source}. NaN and infinities cannot be an index."
-            )
-    value = int(value)
-    if value <= current:
-        raise ValueError(
-            f"Checkpoint indices must strictly increase: {source} gave {value} after "
-            f"{current}. Nothing was written. Fix: index by a metric that grows with "
-            "every checkpoint (e.g. 'training_iteration'), or use 'sequential'."
-        )
-    return value
-
-
-def name_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
-    """A regex matching the names ``policy`` renders; ``index`` is a named group.
-
-    ``None`` for callables, and for templates with neither literal text nor
-    an ``{index}`` (they would match any folder, a user's own artifacts included).
-    """
-    if callable(policy):
-        return None
-    parts, literal_text = [], ""
-    for literal, field_name, _, _ in string.Formatter().parse(policy):
-        parts.append(re.escape(literal))
-        literal_text += literal
-        if field_name is None:
-            continue
-        if field_name == "index" and "(?P<index>" not in "".join(parts):
-            parts.append(r"(?P<index>-?\d+)")
-        else:
-            parts.append(r".*?")
-    if not literal_text and "(?P<index>" not in "".join(parts):
-        return None
-    # Never a folder already moved aside (``<name>.unrecorded``, ``-2``, ...).
-    return re.compile(r"^(?!.*\.unrecorded(-\d+)?$)" + "".join(parts) + "$")
-
-
-def index_pattern(policy: NamePolicy) -> Optional[re.Pattern]:
-    """A regex that reads the index back from names rendered by ``policy``.
-
-    Only for string templates with an ``{index}`` field; ``None`` otherwise.
-    """
-    if callable(policy) or "index" not in template_fields(policy):
-        return None
-    return name_pattern(policy)
-
-
-def highest_index(policy: NamePolicy, names: Iterable[str]) -> Optional[int]:
-    """The highest index read back from ``names`` rendered by ``policy`` (sequential
-    templates with ``{index}``); ``None`` if none can be read."""
-    pattern = None if callable(policy) else index_pattern(policy)
-    if pattern is None:
-        return None
-    indices = [int(m.group("index")) for m in map(pattern.match, names) if m is not None]
-    return max(indices, default=None)
-
-
-def unrecorded_name(name: str, existing: set[str]) -> str:
-    """Where a folder of lost progress moves: ``<name>.unrecorded`` (``-2``, ... if taken)."""
-    target, n = f"{name}.unrecorded", 1
-    while target in existing:
-        n += 1
-        target = f"{name}.unrecorded-{n}"
-    return target
 
 
 # ---------------------------------------------------------------------------
@@ -274,31 +93,6 @@ class CheckpointConfig(_compat.TuneCheckpointConfig):
     def __post_init__(self) -> None:
         super().__post_init__()
         validate_policy(self.checkpoint_index, self.checkpoint_dir_name)
-
-
-def validate_policy(index: Any, name: Any) -> None:
-    """Check a ``checkpoint_index`` / ``checkpoint_dir_name`` pair when it is configured.
-
-    Shared by :class:`CheckpointConfig` and ``ray_tt_ext.v2.CheckpointConfig``.
-    """
-    if not callable(index) and not (isinstance(index, str) and index):
-        raise ValueError(
-            f"checkpoint_index must be 'sequential', a metric name, or a callable "
-            f"(current_index, metrics) -> int; got {index!r}."
-        )
-    if callable(name):
-        return
-    if not isinstance(name, str):
-        raise ValueError(
-            "checkpoint_dir_name must be a str.format template or a callable "
-            f"(index, metrics) -> str; got {name!r}."
-        )
-    template_fields(name)  # syntax check
-    if "/" in name or "\\" in name:
-        raise ValueError(
-            f"checkpoint_dir_name template {name!r} contains a path separator; "
-            "a checkpoint folder must be one path component in the trial folder."
-        )
 
 
 # ---------------------------------------------------------------------------
@@ -444,7 +238,7 @@ class StorageContext(_compat.StorageContext):
                     "Fix: move that folder away, or include a field that changes "
                     "with every checkpoint in checkpoint_dir_name, such as '{index}'."
                 )
-            _note_written(self.trial_fs_path, name)
+            self._listing().note(name)
             metrics[CHECKPOINT_DIR_NAME] = name
             metrics[CHECKPOINT_INDEX_KEY] = index
         self.current_checkpoint_index = index
@@ -490,8 +284,8 @@ class StorageContext(_compat.StorageContext):
           its name (string templates with ``{index}``) moves the current index
           past it, so the run skips it;
         * with a metric or callable index, the rerun renders those names
-          again: a folder matching the template is moved aside intact (see
-          :meth:`_move_aside`); any other is reserved.
+          again: a folder matching the template is moved aside intact
+          (``FolderListing.move_aside``); any other is reserved.
 
         A storage error while listing is kept and raised at the first
         checkpoint decision (an error naming the path; nothing is written).
@@ -499,110 +293,33 @@ class StorageContext(_compat.StorageContext):
         if self.trial_dir_name is None or self._reconciled_trial_dir == self.trial_fs_path:
             return
         self._reconciled_trial_dir = self.trial_fs_path
+        listing = self._listing()
         try:
-            existing = _list_dirs(self.storage_filesystem, self.trial_fs_path)
-        except Exception as e:
-            self._listing_error = (
-                f"Could not list the trial folder {self.trial_fs_path} to check for "
-                f"existing checkpoint folders ({type(e).__name__}: {e}); refusing to "
-                "save a checkpoint that could overwrite one. Nothing was written. Fix: "
-                "check that the storage is reachable and readable from every node."
-            )
+            existing = listing.names()
+        except OSError as e:
+            self._listing_error = str(e)
             return
-        unrecorded = existing - self._used_checkpoint_dir_names
         sequential = self.checkpoint_index_policy == SEQUENTIAL
         pattern = None
         if isinstance(self.checkpoint_dir_name_policy, str):
             pattern = (index_pattern if sequential else name_pattern)(
                 self.checkpoint_dir_name_policy
             )
-        for name in sorted(unrecorded):
+        for name in sorted(existing - self._used_checkpoint_dir_names):
             if not sequential and pattern is not None and pattern.match(name):
-                self._move_aside(name, existing)
+                listing.move_aside(name)  # the rerun renders this name again
             else:
                 self._unrecorded_dir_names.add(name)
-        if not sequential or pattern is None:
-            return
-        highest = highest_index(self.checkpoint_dir_name_policy, existing)
-        if highest is not None and highest > self.current_checkpoint_index:
-            self.current_checkpoint_index = highest
-
-    def _move_aside(self, name: str, existing: set[str]) -> None:
-        """Move a folder of lost progress out of the run's way, intact.
-
-        The new name is ``<name>.unrecorded`` (``.unrecorded-2``, ... if taken),
-        next to it in the trial folder; a warning names both paths. Several
-        workers may do this at once before training starts: they pick the same
-        new name, and a folder already moved by another is left alone.
-        """
-        target = unrecorded_name(name, existing)
-        src = f"{self.trial_fs_path}/{name}"
-        dst = f"{self.trial_fs_path}/{target}"
-        fs = self.storage_filesystem
-        try:
-            _move_dir(fs, src, dst)
-        except FileNotFoundError:
-            if fs.get_file_info(dst).type == pyarrow.fs.FileType.NotFound:
-                raise
-            return  # another worker moved it
-        existing.add(target)
-        logger.warning(
-            "Checkpoint folder %s was written by an earlier attempt of this trial but "
-            "never recorded (lost progress); the run renders that name again. Moved "
-            "it, intact, to %s.",
-            src,
-            dst,
+        self.current_checkpoint_index = continue_index(
+            self.checkpoint_index_policy,
+            self.checkpoint_dir_name_policy,
+            existing,
+            self.current_checkpoint_index,
         )
 
-
-# Folders listed (and written since) per trial folder, once per process: on
-# cloud storage each listing is a request.
-_LISTINGS: dict[str, set[str]] = {}
-_LISTINGS_LOCK = threading.Lock()
-
-
-def _list_dirs(fs: pyarrow.fs.FileSystem, path: str) -> set[str]:
-    """The folders directly in ``path`` (``set()`` if it does not exist)."""
-    with _LISTINGS_LOCK:
-        cached = _LISTINGS.get(path)
-        if cached is not None:
-            return set(cached)
-    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
-    names = {info.base_name for info in infos if info.type == pyarrow.fs.FileType.Directory}
-    with _LISTINGS_LOCK:
-        _LISTINGS.setdefault(path, set()).update(names)
-        return set(_LISTINGS[path])
-
-
-def _note_written(path: str, name: str) -> None:
-    """Keep this process's listing of ``path`` current after deciding ``name``."""
-    with _LISTINGS_LOCK:
-        if path in _LISTINGS:
-            _LISTINGS[path].add(name)
-
-
-def _move_dir(fs: pyarrow.fs.FileSystem, src: str, dst: str) -> None:
-    """Rename a folder; on stores without folder renames (S3), copy then delete."""
-    if fs.get_file_info(src).type == pyarrow.fs.FileType.NotFound:
-        raise FileNotFoundError(src)
-    try:
-        fs.move(src, dst)
-    except (NotImplementedError, OSError):
-        # Object stores: copy, then delete. Workers of one trial may do this at
-        # once before training starts; they copy the same objects to the same
-        # new name, so the result is the same folder, intact.
-        try:
-            pyarrow.fs.copy_files(src, dst, source_filesystem=fs, destination_filesystem=fs)
-            fs.delete_dir(src)
-        except FileNotFoundError:
-            if fs.get_file_info(dst).type == pyarrow.fs.FileType.NotFound:
-                raise
-            # another worker finished the move first
-    with _LISTINGS_LOCK:
-        listing = _LISTINGS.get(src.rsplit("/", 1)[0])
-        if listing is not None:
-            listing.discard(src.rsplit("/", 1)[1])
-            listing.add(dst.rsplit("/", 1)[1])
+    def _listing(self) -> FolderListing:
+        """This process's listing of the trial folder (``_naming.FolderListing``)."""
+        return FolderListing.of(self.storage_filesystem, self.trial_fs_path, "trial folder")
 
 
 # ---------------------------------------------------------------------------

@@ -15,7 +15,7 @@ Where each piece runs:
   ``ray.train.report`` there, which names (rank 0) and checks (every rank)
   each checkpoint folder before Ray writes anything.
 
-Naming rules, the V1 rules carried over (see ``_storage``):
+Naming rules, the V1 rules carried over (one implementation: ``_naming``):
 
 * A name is one safe path component (``validate_dir_name``), whether the
   policy renders it or ``ray.train.report(checkpoint_dir_name=...)`` gives
@@ -41,28 +41,20 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
-import pyarrow.fs
-
 from ray_tt_ext import _compat
-from ray_tt_ext._payload import check_registered_payload
-from ray_tt_ext._storage import (
-    _LISTINGS,
-    _LISTINGS_LOCK,
+from ray_tt_ext._naming import (
     DEFAULT_DIR_NAME_TEMPLATE,
     SEQUENTIAL,
+    FolderListing,
     IndexPolicy,
     NamePolicy,
-    _list_dirs,
-    _move_dir,
-    _note_written,
-    highest_index,
+    continue_index,
     next_index,
     render_dir_name,
-    unrecorded_name,
     validate_dir_name,
     validate_policy,
 )
-from ray_tt_ext._tuner import Tuner as _V1Tuner
+from ray_tt_ext._payload import check_registered_payload, register_payload_view
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -108,10 +100,16 @@ class CheckpointConfig(_V2.CheckpointConfig):
 
 
 class _RunFolder:
-    """Rank 0's naming state for one run folder, in one worker process."""
+    """Rank 0's naming state for one run folder, in one worker process.
+
+    The folder's contents come from this process's :class:`_naming.FolderListing`
+    (listed once, lost progress moved aside there); this object adds what only
+    the V2 naming knows: the index rank 0 is at and the names this run used.
+    """
 
     def __init__(self, fs: Any, path: str, policy: Optional[CheckpointConfig]):
-        self.fs, self.path, self.policy = fs, path, policy
+        self.path, self.policy = path, policy
+        self.listing = FolderListing.of(fs, path, "run folder")
         self.current = -1
         self.used: set[str] = set()
         self.lock = threading.Lock()
@@ -119,15 +117,7 @@ class _RunFolder:
 
     def existing(self) -> set[str]:
         """The folders in the run folder (listed once per process) plus this run's."""
-        try:
-            names = _list_dirs(self.fs, self.path)
-        except Exception as e:
-            raise OSError(
-                f"Could not list the run folder {self.path} to check for existing "
-                f"checkpoint folders ({type(e).__name__}: {e}); refusing to save a "
-                "checkpoint that could overwrite one. Nothing was written. Fix: check "
-                "that the storage is reachable and readable from every node."
-            ) from e
+        names = self.listing.names()
         if not self._listed:
             self._listed = True
             self._continue_after(names)
@@ -135,12 +125,13 @@ class _RunFolder:
 
     def _continue_after(self, names: set[str]) -> None:
         """Sequential index: continue after the highest index read back from ``names``."""
-        policy = self.policy
-        if policy is None or policy.checkpoint_index != SEQUENTIAL:
-            return
-        highest = highest_index(policy.checkpoint_dir_name, names)
-        if highest is not None:
-            self.current = max(self.current, highest)
+        if self.policy is not None:
+            self.current = continue_index(
+                self.policy.checkpoint_index,
+                self.policy.checkpoint_dir_name,
+                names,
+                self.current,
+            )
 
     def name(self, metrics: dict[str, Any], explicit: Optional[str]) -> Optional[str]:
         """The folder for rank 0's checkpoint; ``None`` leaves Ray's default name."""
@@ -153,11 +144,11 @@ class _RunFolder:
                 if name in self.used:
                     raise ValueError(self._reused(name, "was already used by this run"))
                 if name in existing:
-                    self._clear_the_way(name, existing)
+                    self._clear_the_way(name)
             else:
                 name = self._policy_name(metrics, existing)
             self.used.add(name)
-            _note_written(self.path, name)
+            self.listing.note(name)
             return name
 
     def _policy_name(self, metrics: dict[str, Any], existing: set[str]) -> str:
@@ -179,7 +170,7 @@ class _RunFolder:
                 "in checkpoint_dir_name."
             )
         if name in existing:
-            self._clear_the_way(name, existing)
+            self._clear_the_way(name)
         self.current = index
         return name
 
@@ -192,7 +183,7 @@ class _RunFolder:
         with self.lock:
             self.existing()
             self.used.add(name)
-            _note_written(self.path, name)
+            self.listing.note(name)
             self._continue_after({name})
 
     def _reused(self, name: str, how: str) -> str:
@@ -203,7 +194,7 @@ class _RunFolder:
             "checkpoint_dir_name unset and let ray_tt_ext.v2.CheckpointConfig name it."
         )
 
-    def _clear_the_way(self, name: str, existing: set[str]) -> None:
+    def _clear_the_way(self, name: str) -> None:
         """A folder at ``name`` that this run did not write in this process.
 
         Gone since it was listed (Ray's ``num_to_keep`` deleted it): the name
@@ -211,28 +202,11 @@ class _RunFolder:
         restored after a restart or a resume): ``ValueError``. Anything else
         is lost progress: moved aside, intact, to ``<name>.unrecorded[-n]``.
         """
-        if (
-            self.fs.get_file_info(f"{self.path}/{name}").type
-            == pyarrow.fs.FileType.NotFound
-        ):
-            _forget(self.path, name)
-            existing.discard(name)
+        if self.listing.is_gone(name):
             return
-        recorded = _recorded_checkpoint_names()
-        if name in recorded:
+        if name in _recorded_checkpoint_names():
             raise ValueError(self._reused(name, "names a checkpoint this run recorded"))
-        target = unrecorded_name(name, existing)
-        src, dst = f"{self.path}/{name}", f"{self.path}/{target}"
-        _move_dir(self.fs, src, dst)
-        existing.discard(name)
-        existing.add(target)
-        logger.warning(
-            "Checkpoint folder %s was written by an earlier attempt of this run but "
-            "never recorded (lost progress); this checkpoint takes its name. Moved it, "
-            "intact, to %s.",
-            src,
-            dst,
-        )
+        self.listing.move_aside(name)
 
 
 def _recorded_checkpoint_names() -> set[str]:
@@ -245,13 +219,6 @@ def _recorded_checkpoint_names() -> set[str]:
             consistency_mode=_V2.CheckpointConsistencyMode.COMMITTED
         )
     return {r.checkpoint.path.rstrip("/").rsplit("/", 1)[-1] for r in reported}
-
-
-def _forget(path: str, name: str) -> None:
-    """Drop ``name`` from this process's listing of ``path`` (the folder is gone)."""
-    with _LISTINGS_LOCK:
-        if path in _LISTINGS:
-            _LISTINGS[path].discard(name)
 
 
 _FOLDERS: dict[str, _RunFolder] = {}
@@ -286,6 +253,9 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
         checkpoint_dir_name: Optional[str] = None,
         **kwargs: Any,
     ) -> None:
+        """Extends Ray Train V2's ``DistributedTrainFnUtils.report``: the folder
+        name is checked (every rank) and decided (rank 0) before Ray's runs.
+        Runs on a training worker."""
         if checkpoint_dir_name is not None:
             validate_dir_name(checkpoint_dir_name)  # every rank, before any I/O
         mode = kwargs.get("checkpoint_upload_mode")
@@ -329,6 +299,8 @@ class _PolicyTrainFn:
         self._train_fn = train_fn
 
     def __call__(self) -> Any:
+        """Patches Ray Train V2's worker hook (``set_train_fn_utils``), then runs
+        the user's loop. Runs on a training worker."""
         current = _V2.get_train_fn_utils()
         if type(current) is _V2.DistributedTrainFnUtils:
             _V2.set_train_fn_utils(_NamingTrainFnUtils())
@@ -365,6 +337,11 @@ def v2_payload(trainer: Any) -> dict[str, Any]:
         "train_loop_per_worker": trainer.train_loop_per_worker,
         "train_loop_config": trainer.train_loop_config,
     }
+
+
+# ``inspect_payload(trainer)`` measures a Train V2 trainer (Ray's or ours) by what
+# its fit() sends, not as the whole instance (which never travels).
+register_payload_view(_compat.is_train_v2_trainer, v2_payload)
 
 
 class _V2TrainerMixin:
@@ -441,49 +418,3 @@ def torch_trainer() -> type:
             TorchTrainer.__qualname__ = "TorchTrainer"
             _TORCH.append(TorchTrainer)
         return _TORCH[0]
-
-
-# ---------------------------------------------------------------------------
-# Tuner
-# ---------------------------------------------------------------------------
-
-
-class Tuner(_V1Tuner):
-    """``ray_tt_ext.Tuner`` for a Train V2 process: reachable without turning V1 on.
-
-    Same arguments as ``ray_tt_ext.Tuner``. Runs function and class trainables
-    with the payload guard and the checkpoint policy; Ray's Tune + Train V2
-    pattern (a function that builds a V2 trainer with ``TuneReportCallback``
-    and calls ``fit()``) runs under it as documented. Under Ray Client its
-    Tuner actor keeps the cluster's Train version.
-
-    Raises:
-        TrainV2DisabledError: Train V2 is off in this process.
-        TypeError: a Train V1 trainer (use ``ray_tt_ext.Tuner``), or a V2
-            trainer given directly (tune a function that fits it).
-    """
-
-    _TRAIN_V1 = False
-
-    @classmethod
-    def _check_trainable(cls, trainable: Any) -> None:
-        """Extends ``ray_tt_ext.Tuner._check_trainable``: Train V2 only (driver or client)."""
-        _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
-        if isinstance(trainable, _compat.BaseTrainer):
-            raise TypeError(
-                f"`{type(trainable).__name__}` is a Ray Train V1 trainer; "
-                "ray_tt_ext.v2.Tuner runs Tune trainables on Ray's Train V2 stack. Fix: "
-                "tune a function that builds a ray_tt_ext.v2 trainer and calls fit(), "
-                "or run V1 trainers with ray_tt_ext.Tuner in a process with "
-                f"{_compat.V2_ENV_VAR}=0."
-            )
-        super()._check_trainable(trainable)
-
-
-__all__ = [
-    "CheckpointConfig",
-    "DataParallelTrainer",
-    "Tuner",
-    "torch_trainer",
-    "v2_payload",
-]

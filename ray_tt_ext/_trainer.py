@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import dataclasses
 import logging
 import weakref
 from collections.abc import Callable, Iterator
@@ -30,11 +31,7 @@ from ray_tt_ext._compat import (
     PlacementGroupFactory,
 )
 from ray_tt_ext._executor import ExecutorActorDiedError, RemoteBackendExecutor
-from ray_tt_ext._payload import (
-    check_registered_payload,
-    guarded_by_caller,
-    measuring_registered,
-)
+from ray_tt_ext._payload import check_registered_payload
 from ray_tt_ext._storage import checkpoint_policy_installed
 
 logger = logging.getLogger("ray_tt_ext")
@@ -95,11 +92,11 @@ class _ObjectStoreParams:
     def for_trainer(cls, params: dict[str, Any]) -> _ObjectStoreParams:
         """The holder of a trainer's arguments, put now or right after ``ray.init()``.
 
-        Its owner is the one set by :func:`params_owned_by` around the
-        conversion, else the holder itself.
+        Its owner is the one of the :func:`conversion` in progress, else the
+        holder itself.
         """
         holder = cls(pending=params)
-        owner = _CONVERSION_OWNER.get()
+        owner = _current_conversion().owner
         holder._owner = weakref.ref(owner if owner is not None else holder)
         if ray.is_initialized():
             holder.flush()
@@ -155,14 +152,26 @@ class _ObjectStoreParams:
             raise RuntimeError(f"{_RELEASED_MESSAGE} ({type(e).__name__})") from None
 
     def __reduce__(self):
+        return self.__reduce_for_payload__(pickling=True, registered=False)
+
+    def __reduce_for_payload__(self, *, pickling: bool, registered: bool):
+        """How the holder pickles: the ref, or (Ray not started yet) the arguments.
+
+        The payload inspector's hook (``_payload.REDUCE_HOOK``): with
+        ``registered`` (the guard measuring what Tune will register) pending
+        arguments count as the reference they become, not as their data; with
+        ``pickling`` False (the inspector only walking the graph) no pin is
+        counted, since nothing is serialized. Runs on the driver.
+        """
         if self._released:
             raise RuntimeError(_RELEASED_MESSAGE)
         if self._ref is None and not self._missing and ray.is_initialized():
             self.flush()
         if self._ref is not None:
-            _compat.note_ref_pickled(self._ref)
+            if pickling:
+                _compat.note_ref_pickled(self._ref)
             return (_params_from_ref, (self._ref,))
-        if self._missing or measuring_registered():
+        if self._missing or registered:
             # What Tune registers once Ray runs: a reference, not the data.
             return (_params_missing, ())
         return (_params_pending, (self._pending,))
@@ -193,19 +202,40 @@ def _params_pending(pending: dict[str, Any]) -> _ObjectStoreParams:
     return _ObjectStoreParams(pending=pending)
 
 
-_CONVERSION_OWNER: contextvars.ContextVar[Any] = contextvars.ContextVar(
-    "ray_tt_ext_conversion_owner", default=None
+@dataclasses.dataclass(frozen=True)
+class _Conversion:
+    """Who a trainer's conversion to a Tune trainable answers to (driver).
+
+    ``owner``: the object whose lifetime the trainer's arguments in the object
+    store follow (a ``ray_tt_ext.Tuner``; ``None``: the holder itself).
+    ``measured_by_caller``: the caller measures the trainable it gets, once,
+    with its own limit, so ``as_trainable()`` does not.
+    """
+
+    owner: Any = None
+    measured_by_caller: bool = False
+
+
+_NO_CONVERSION = _Conversion()
+_CONVERSION: contextvars.ContextVar[Optional[_Conversion]] = contextvars.ContextVar(
+    "ray_tt_ext_conversion", default=None
 )
 
 
+def _current_conversion() -> _Conversion:
+    return _CONVERSION.get() or _NO_CONVERSION
+
+
 @contextlib.contextmanager
-def params_owned_by(owner: Any) -> Iterator[None]:
-    """Trainers converted in this context keep their arguments while ``owner`` lives."""
-    token = _CONVERSION_OWNER.set(owner)
+def conversion(owner: Any, *, measured_by_caller: bool = False) -> Iterator[None]:
+    """Trainers converted in this context (thread) keep their arguments while
+    ``owner`` lives; with ``measured_by_caller`` their ``as_trainable()`` leaves
+    measuring to the caller. Runs on the driver (or the Ray Client Tuner actor)."""
+    token = _CONVERSION.set(_Conversion(owner, measured_by_caller))
     try:
         yield
     finally:
-        _CONVERSION_OWNER.reset(token)
+        _CONVERSION.reset(token)
 
 
 # The holders that put their arguments in this process, by ref.
@@ -531,7 +561,7 @@ class BaseTrainer(_compat.BaseTrainer):
         if not ray.util.client.ray.is_connected():
             # The arguments Ray's fit() converts stay while this trainer lives.
             with (
-                params_owned_by(self),
+                conversion(self),
                 checkpoint_policy_installed(self.run_config.checkpoint_config),
             ):
                 return super().fit()
@@ -570,7 +600,7 @@ class BaseTrainer(_compat.BaseTrainer):
         """
         _compat.ensure_train_v1(self.run_config, self.scaling_config)
         trainable = self._generate_trainable_cls()
-        if not guarded_by_caller():
+        if not _current_conversion().measured_by_caller:
             check_registered_payload(
                 trainable, what=f"The Tune trainable of {type(self).__name__}"
             )
@@ -579,9 +609,13 @@ class BaseTrainer(_compat.BaseTrainer):
 
 @ray.remote
 def _fit_on_cluster(trainer: BaseTrainer) -> Any:
-    """``trainer.fit()`` on the Ray Client server's node (a task, not the client)."""
-    _compat.mark_tune_driver_process()
-    return trainer.fit()
+    """``trainer.fit()`` on the Ray Client server's node (a task, not the client).
+
+    Tune's driver loop runs in this task, so the process is Tune's driver for
+    the length of the call (not after: Ray reuses task worker processes).
+    """
+    with _compat.acting_as_tune_driver():
+        return trainer.fit()
 
 
 class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):

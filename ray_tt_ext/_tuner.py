@@ -20,13 +20,9 @@ import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
-from ray_tt_ext._payload import (
-    caller_guards,
-    check_registered_payload,
-    resolve_payload_limit,
-)
+from ray_tt_ext._payload import check_registered_payload, resolve_payload_limit
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
-from ray_tt_ext._trainer import params_owned_by
+from ray_tt_ext._trainer import conversion
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -52,6 +48,10 @@ class _TunerInternal(TunerInternal):
         storage_context_cls: Optional[type[StorageContext]] = None,
         **kwargs: Any,
     ):
+        """Extends Ray's ``TunerInternal.__init__`` with ``payload_limit`` and
+        ``storage_context_cls``, both checked before Ray's runs (nothing is
+        written on bad input). Runs on the driver (or the Ray Client Tuner actor).
+        """
         # Validated now, so bad input fails before anything is written.
         if payload_limit is not None:
             resolve_payload_limit(payload_limit)
@@ -108,7 +108,7 @@ class _TunerInternal(TunerInternal):
         """
         if isinstance(trainable, BaseTrainer):
             _compat.ensure_train_v1(trainable.run_config, trainable.scaling_config)
-            with caller_guards(), params_owned_by(self):
+            with conversion(self, measured_by_caller=True):
                 return trainable.as_trainable()
         return trainable
 
@@ -179,8 +179,19 @@ class _ClientTunerInternal(_TunerInternal):
         pass
 
     def build(self, kwargs: dict[str, Any]) -> None:
-        _compat.mark_tune_driver_process()
-        _TunerInternal.__init__(self, **kwargs)
+        """``_TunerInternal.__init__`` (a restore reads the experiment state here)."""
+        with _compat.acting_as_tune_driver():
+            _TunerInternal.__init__(self, **kwargs)
+
+    def fit(self):
+        """Extends ``_TunerInternal.fit``: Tune's driver loop runs in this actor."""
+        with _compat.acting_as_tune_driver():
+            return super().fit()
+
+    def get_results(self):
+        """Extends Ray's ``TunerInternal.get_results`` (reads the experiment state)."""
+        with _compat.acting_as_tune_driver():
+            return super().get_results()
 
 
 def _remote_tuner_internal_cls(train_v1: bool):
@@ -266,33 +277,44 @@ class Tuner(ray.tune.Tuner):
         _tuner_internal: Optional[Any] = None,
         _entrypoint: AirEntrypoint = AirEntrypoint.TUNER,
     ):
+        """Build the Tuner: checked, converted once, measured.
+
+        Replaces Ray's ``Tuner.__init__`` (Ray 2.40 .. 2.60) without calling
+        it: Ray's builds its own ``TunerInternal`` (under Ray Client, an actor
+        of Ray's class) before anything could be checked. This builds ours and
+        sets the attributes Ray's other ``Tuner`` methods read:
+        ``_is_ray_client``, and ``_local_tuner`` or ``_remote_tuner``. Runs on
+        the driver (or the Ray Client client).
+        """
         self._is_ray_client = _is_ray_client()
         if _tuner_internal is None:
             self._check_trainable(trainable)
-        if _tuner_internal is not None:
-            if self._is_ray_client:
-                self._remote_tuner = _tuner_internal
-            else:
-                self._local_tuner = _tuner_internal
-            return
-        # Function and class trainables need no Train V1; a V1 trainer does.
-        if isinstance(trainable, BaseTrainer):
-            _compat.ensure_train_v1()
-        run_config = _compat.to_train_v1(run_config)
-        kwargs = dict(
-            trainable=trainable,
-            param_space=param_space,
-            tune_config=tune_config,
-            run_config=run_config,
-            payload_limit=payload_limit,
-            storage_context_cls=storage_context_cls,
-            _tuner_kwargs=_tuner_kwargs,
-            _entrypoint=_entrypoint,
-        )
+            # Function and class trainables need no Train V1; a V1 trainer does.
+            if isinstance(trainable, BaseTrainer):
+                _compat.ensure_train_v1()
+            _tuner_internal = self._make_internal(
+                dict(
+                    trainable=trainable,
+                    param_space=param_space,
+                    tune_config=tune_config,
+                    run_config=_compat.to_train_v1(run_config),
+                    payload_limit=payload_limit,
+                    storage_context_cls=storage_context_cls,
+                    _tuner_kwargs=_tuner_kwargs,
+                    _entrypoint=_entrypoint,
+                )
+            )
         if self._is_ray_client:
-            self._remote_tuner = _start_remote_tuner_internal(kwargs, self._TRAIN_V1)
+            self._remote_tuner = _tuner_internal
         else:
-            self._local_tuner = _TunerInternal(**kwargs)
+            self._local_tuner = _tuner_internal
+
+    @classmethod
+    def _make_internal(cls, kwargs: dict[str, Any]) -> Any:
+        """Our ``TunerInternal`` here, or under Ray Client its actor (driver or client)."""
+        if _is_ray_client():
+            return _start_remote_tuner_internal(kwargs, cls._TRAIN_V1)
+        return _TunerInternal(**kwargs)
 
     #: This Tuner belongs to the Train V1 integration (see ``ray_tt_ext.v2.Tuner``).
     _TRAIN_V1 = True
@@ -327,6 +349,9 @@ class Tuner(ray.tune.Tuner):
     ) -> Tuner:
         """Restore a run, as Ray's ``Tuner.restore``, returning a ``ray_tt_ext.Tuner``.
 
+        Replaces Ray's ``Tuner.restore`` (which builds Ray's ``TunerInternal``);
+        runs on the driver (or the Ray Client client).
+
         The trainable (or trainer) is converted once. ``payload_limit`` and
         ``storage_context_cls`` as in the constructor.
         """
@@ -343,17 +368,15 @@ class Tuner(ray.tune.Tuner):
             unfinished=resume.RESUME if resume_unfinished else resume.SKIP,
             errored=errored,
         )
-        kwargs = dict(
-            restore_path=path,
-            resume_config=resume_config,
-            trainable=trainable,
-            param_space=param_space,
-            storage_filesystem=storage_filesystem,
-            payload_limit=payload_limit,
-            storage_context_cls=storage_context_cls,
+        internal = cls._make_internal(
+            dict(
+                restore_path=path,
+                resume_config=resume_config,
+                trainable=trainable,
+                param_space=param_space,
+                storage_filesystem=storage_filesystem,
+                payload_limit=payload_limit,
+                storage_context_cls=storage_context_cls,
+            )
         )
-        if _is_ray_client():
-            internal = _start_remote_tuner_internal(kwargs, cls._TRAIN_V1)
-        else:
-            internal = _TunerInternal(**kwargs)
         return cls(_tuner_internal=internal)

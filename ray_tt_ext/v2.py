@@ -24,8 +24,9 @@ V2's controller actor already runs the training loop away from the driver
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Optional
 
+from ray_tt_ext import _compat
 from ray_tt_ext._compat import (
     TrainV2DisabledError,
     TrainV2EnabledError,
@@ -36,11 +37,24 @@ from ray_tt_ext._payload import (
     GRPC_MAX_MESSAGE_BYTES,
     PayloadReport,
     PayloadTooLargeError,
-    inspect_payload,
 )
+from ray_tt_ext._payload import inspect_payload as _inspect_payload
 
 if TYPE_CHECKING:
-    from ray_tt_ext._train_v2 import CheckpointConfig, DataParallelTrainer, Tuner
+    from ray_tt_ext._train_v2 import CheckpointConfig, DataParallelTrainer
+    from ray_tt_ext._tune_v2 import Tuner
+
+
+def inspect_payload(
+    obj: Any, *, name: Optional[str] = None, min_bytes: Optional[int] = None
+) -> PayloadReport:
+    """``ray_tt_ext.inspect_payload``; a Train V2 trainer (Ray's own too) is measured
+    by what its ``fit()`` sends to the controller: its training function and
+    ``train_loop_config`` (the view ``_train_v2`` registers with the inspector)."""
+    if _compat.is_train_v2_trainer(obj):
+        from ray_tt_ext import _train_v2  # noqa: F401  (registers the V2 trainer view)
+    return _inspect_payload(obj, name=name, min_bytes=min_bytes)
+
 
 #: Names that need Ray >= 2.51's Train V2 classes: loaded on first use.
 _V2_NAMES = ("CheckpointConfig", "DataParallelTrainer", "TorchTrainer", "Tuner")
@@ -49,15 +63,18 @@ _V2_NAMES = ("CheckpointConfig", "DataParallelTrainer", "TorchTrainer", "Tuner")
 def __getattr__(name: str) -> Any:
     if name not in _V2_NAMES:
         raise AttributeError(f"module 'ray_tt_ext.v2' has no attribute {name!r}")
-    from ray_tt_ext import _compat
-
     if _compat.RAY_VERSION.release < _compat.MIN_TRAIN_V2_RAY_VERSION.release:
         ensure_train_v2(f"ray_tt_ext.v2.{name}")  # raises UnsupportedRayVersionError
-    from ray_tt_ext import _train_v2
+    if name == "Tuner":
+        from ray_tt_ext._tune_v2 import Tuner as value
+    else:
+        from ray_tt_ext import _train_v2
 
-    value = (
-        _train_v2.torch_trainer() if name == "TorchTrainer" else getattr(_train_v2, name)
-    )
+        value = (
+            _train_v2.torch_trainer()
+            if name == "TorchTrainer"
+            else getattr(_train_v2, name)
+        )
     globals()[name] = value
     return value
 

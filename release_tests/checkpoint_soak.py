@@ -25,7 +25,7 @@ from common import Context, main
 
 import ray_tt_ext
 from ray_tt_ext import _compat  # noqa: E402
-from ray_tt_ext._testing import init_local_ray
+from rtt_testing import init_local_ray, resume_step
 
 NAME = re.compile(r"^ck-(?P<index>\d{5})-step(?P<step>\d+)$")
 
@@ -33,11 +33,7 @@ NAME = re.compile(r"^ck-(?P<index>\d{5})-step(?P<step>\d+)$")
 def train_loop(config):
     import ray.train
 
-    checkpoint = ray.train.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    start = resume_step(ray.train.get_checkpoint())
     for step in range(start, config["steps"]):
         marker = Path(config["markers"], f"{config['trial']}-{step}")
         if step in config["fail_at"] and not marker.exists():

@@ -18,7 +18,7 @@ from common import Context, main
 
 import ray_tt_ext
 from ray_tt_ext import _compat  # noqa: E402
-from ray_tt_ext._testing import HeadNode, connect_client
+from rtt_testing import HeadNode, connect_client
 
 
 def train_loop(config):

@@ -24,22 +24,22 @@ os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_AUTH_MODE", "token")
 os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
-# Scenario modules must be importable by Ray workers.
+_HERE = Path(__file__).resolve().parent
+# The test support package (rtt_testing) lives at the repository root.
+sys.path.insert(0, str(_HERE.parent))
+# Scenario modules and rtt_testing must be importable by Ray workers.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in [str(Path(__file__).resolve().parent), os.environ.get("PYTHONPATH", "")] if p
+    p for p in [str(_HERE), str(_HERE.parent), os.environ.get("PYTHONPATH", "")] if p
 )
+
+from rtt_testing import S3_ENV  # noqa: E402
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 
 
 # S3 credentials for moto's server (--storage s3), before any Ray starts.
-for _key, _value in {
-    "AWS_ACCESS_KEY_ID": "testing",
-    "AWS_SECRET_ACCESS_KEY": "testing",
-    "AWS_DEFAULT_REGION": "us-east-1",
-    "AWS_EC2_METADATA_DISABLED": "true",
-}.items():
+for _key, _value in S3_ENV.items():
     os.environ.setdefault(_key, _value)
 
 
@@ -59,7 +59,7 @@ class Context:
         """Connect to ``--address``, or start a local Ray on loopback."""
         import ray
 
-        from ray_tt_ext._testing import init_local_ray
+        from rtt_testing import init_local_ray
 
         if self.address:
             ray.init(address=self.address)
@@ -78,7 +78,7 @@ class Context:
         if self.storage == "local":
             return str(Path(self.storage_path, sub)) if sub else self.storage_path
         if self._s3 is None:
-            from ray_tt_ext._testing import MotoServer
+            from rtt_testing import MotoServer
 
             self._s3 = MotoServer()
             self.progress(f"moto S3 server on {self._s3.endpoint}")

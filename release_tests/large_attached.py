@@ -18,16 +18,13 @@ from common import Context, MiB, main
 
 import ray_tt_ext
 from ray_tt_ext import _compat  # noqa: E402
+from rtt_testing import counting_conversions, resume_step
 
 
 def train_loop(config):
     import ray.train
 
-    checkpoint = ray.train.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    start = resume_step(ray.train.get_checkpoint())
     weights = config["weights"]
     for step in range(start, start + 2):
         with tempfile.TemporaryDirectory() as d:
@@ -57,10 +54,10 @@ def run(ctx: Context) -> dict:
         puts["bytes"] += ray_tt_ext.inspect_payload(value).total_bytes
         return real_put(value, *args, **kwargs)
 
-    class Counted(ray_tt_ext.DataParallelTrainer):
-        def as_trainable(self):
-            conversions["n"] += 1
-            return super().as_trainable()
+    def count(trainer):
+        conversions["n"] += 1
+
+    Counted = counting_conversions(ray_tt_ext.DataParallelTrainer, count)
 
     resume_dir = tempfile.mkdtemp(prefix="rtt_resume_")
     Path(resume_dir, "state.json").write_text(json.dumps({"step": 0}))

@@ -19,17 +19,14 @@ from common import Context, main
 
 import ray_tt_ext
 from ray_tt_ext import _compat  # noqa: E402
+from rtt_testing import resume_step
 
 
 def train_loop(config):
     import ray.train
 
     ctx = ray.train.get_context()
-    start = 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    start = resume_step(ray.train.get_checkpoint())
     node = ray.get_runtime_context().get_node_id()
     Path(config["nodes_dir"], f"rank{ctx.get_world_rank()}").write_text(node)
     for step in range(start, config["steps"]):

@@ -13,7 +13,7 @@ from __future__ import annotations
 from common import Context, GiB, MiB, main
 
 import ray_tt_ext
-from ray_tt_ext._payload import registered_view
+from ray_tt_ext._payload import inspect_registered
 
 
 def noop(config):
@@ -51,8 +51,7 @@ def run(ctx: Context) -> dict:
                 scaling_config=ray.train.ScalingConfig(num_workers=1),
             )
             ours = ray_tt_ext.DataParallelTrainer(noop, **kwargs).as_trainable()
-            with registered_view():
-                ours_bytes = ray_tt_ext.inspect_payload(ours).total_bytes
+            ours_bytes = inspect_registered(ours).total_bytes
             regressed = regressed_cls(noop, **kwargs)._generate_trainable_cls()
             regressed_report = ray_tt_ext.inspect_payload(regressed)
             rows.append(

@@ -43,6 +43,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+# The test support package (rtt_testing) lives at the repository root; Ray
+# workers import it too (the counting filesystem pickles by reference).
+_ROOT = str(Path(__file__).resolve().parent.parent)
+sys.path.insert(0, _ROOT)
+os.environ["PYTHONPATH"] = os.pathsep.join(
+    p for p in [_ROOT, os.environ.get("PYTHONPATH", "")] if p
+)
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")  # loopback only
 os.environ.setdefault("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", "0")
 os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
@@ -55,7 +62,7 @@ import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
 import ray.train  # noqa: E402
 import ray.tune  # noqa: E402
-from ray_tt_ext._testing import init_local_ray  # noqa: E402
+from rtt_testing import counting_conversions, init_local_ray  # noqa: E402
 from ray.train.data_parallel_trainer import (  # noqa: E402
     DataParallelTrainer as RayDataParallelTrainer,
 )
@@ -113,10 +120,10 @@ def _tuner_case(flavour: str, nbytes: int, storage: str) -> dict[str, Any]:
     )
     tuner_cls = ray_tt_ext.Tuner if flavour == "ray_tt_ext" else ray.tune.Tuner
 
-    class Counted(base):
-        def as_trainable(self):
-            conversions["n"] += 1
-            return super().as_trainable()
+    def count(trainer):
+        conversions["n"] += 1
+
+    Counted = counting_conversions(base, count)
 
     put_bytes = {"n": 0}
     real_put = ray.put
@@ -486,7 +493,7 @@ def _s3_trainable(config):
 def _s3_case(flavour: str, server: Any) -> dict[str, int]:
     import pyarrow.fs
 
-    from ray_tt_ext._testing import CountingFileSystem
+    from rtt_testing import CountingFileSystem
 
     handler = CountingFileSystem(
         server.filesystem(), key=f"bench-{flavour}-{time.time_ns()}"
@@ -534,7 +541,7 @@ def _s3_case(flavour: str, server: Any) -> dict[str, int]:
 
 
 def bench_s3(quick: bool, storage: str) -> dict[str, Any]:
-    from ray_tt_ext._testing import S3_ENV, MotoServer
+    from rtt_testing import S3_ENV, MotoServer
 
     for key, value in S3_ENV.items():
         os.environ.setdefault(key, value)

@@ -10,6 +10,7 @@ authentication stays on, and every fixture stops exactly what it started:
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -23,10 +24,13 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 os.environ.setdefault("RAY_DEDUP_LOGS", "0")
 
 TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent
+# The test support package (rtt_testing, beside ray_tt_ext, not in its wheel).
+sys.path.insert(0, str(REPO_ROOT))
 # Ray workers of a local cluster inherit this environment: let them import the
-# test helpers (trainers, loops) by module name, as the driver does.
+# test helpers (trainers, loops, rtt_testing) by module name, as the driver does.
 os.environ["PYTHONPATH"] = os.pathsep.join(
-    p for p in [str(TESTS_DIR), os.environ.get("PYTHONPATH", "")] if p
+    p for p in [str(TESTS_DIR), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
 )
 
 #: The Train stack this pytest session tests. Train V1 and Train V2 cannot share
@@ -44,7 +48,7 @@ import ray_tt_ext  # noqa: E402  (changes nothing by itself)
 
 if TRAIN_STACK != "v2":
     ray_tt_ext.Tuner  # noqa: B018  the first name taken turns Train V1 on, before any Ray starts
-from ray_tt_ext._testing import (  # noqa: E402
+from rtt_testing import (  # noqa: E402
     S3_ENV,
     HeadNode,
     MotoServer,

@@ -16,7 +16,11 @@ import tune_api
 from ray.train.backend import Backend, BackendConfig
 
 import ray_tt_ext
-from ray_tt_ext._testing import CountingFileSystem  # noqa: F401  (re-exported)
+from rtt_testing import (
+    CountingFileSystem,  # noqa: F401  (re-exported)
+    counting_conversions,
+    resume_step,
+)
 
 COUNTER_NAME = "ray_tt_ext_test_conversion_counter"
 COUNTER_NAMESPACE = "ray_tt_ext_tests"
@@ -72,29 +76,24 @@ def conversions(key: str) -> int:
     return ray.get(counter.get.remote(key))
 
 
-class CountingTrainer(ray_tt_ext.DataParallelTrainer):
-    """A spy: counts every ``as_trainable()`` call, by ``metadata['spy_key']``."""
-
-    def as_trainable(self):
-        _count((self.metadata or {}).get("spy_key", "default"))
-        return super().as_trainable()
+def _count_conversion(trainer: Any) -> None:
+    _count((trainer.metadata or {}).get("spy_key", "default"))
 
 
-class CountingRayTrainer(ray.train.data_parallel_trainer.DataParallelTrainer):
-    """Ray's own trainer with the same spy, to check the Tuner with upstream trainers."""
-
-    def as_trainable(self):
-        _count((self.metadata or {}).get("spy_key", "default"))
-        return super().as_trainable()
-
-
-def resume_step(checkpoint) -> int:
-    """The step after the one a ``state.json`` checkpoint holds (0 without one)."""
-    if not checkpoint:
-        return 0
-    with checkpoint.as_directory() as d:
-        with open(os.path.join(d, "state.json")) as f:
-            return json.load(f)["step"] + 1
+#: A spy: counts every ``as_trainable()`` call, by ``metadata['spy_key']``.
+CountingTrainer = counting_conversions(
+    ray_tt_ext.DataParallelTrainer,
+    _count_conversion,
+    name="CountingTrainer",
+    module=__name__,
+)
+#: Ray's own trainer with the same spy, to check the Tuner with upstream trainers.
+CountingRayTrainer = counting_conversions(
+    ray.train.data_parallel_trainer.DataParallelTrainer,
+    _count_conversion,
+    name="CountingRayTrainer",
+    module=__name__,
+)
 
 
 def report_loop(config: dict[str, Any]) -> None:

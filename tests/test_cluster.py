@@ -14,7 +14,13 @@ import ray
 import ray.train
 import ray.tune
 import tune_api
-from helpers import RecordingTrainer, get_or_create_counter, record, recorded
+from helpers import (
+    RecordingTrainer,
+    get_or_create_counter,
+    record,
+    recorded,
+    resume_step,
+)
 
 from ray_tt_ext import Tuner
 
@@ -55,11 +61,7 @@ def ray_head_and_2_worker_nodes():
 
 def slow_loop(config):
     ctx = ray.train.get_context()
-    start = 0
-    checkpoint = ray.train.get_checkpoint()
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    start = resume_step(ray.train.get_checkpoint())
     node_id = ray.get_runtime_context().get_node_id()
     record(f"rank{ctx.get_world_rank()}_node", node_id)
     for step in range(start, config["num_reports"]):

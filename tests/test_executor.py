@@ -24,6 +24,7 @@ from helpers import (
     record,
     recorded,
     report_loop,
+    resume_step,
     slow_checkpointing_loop,
     slow_steps_loop,
 )
@@ -345,11 +346,7 @@ def kill_executor_loop(config):
     from helpers import alive_actors as _alive
 
     ctx = ray.train.get_context()
-    checkpoint = ray.train.get_checkpoint()
-    start = 0
-    if checkpoint:
-        with checkpoint.as_directory() as d:
-            start = json.loads(Path(d, "state.json").read_text())["step"] + 1
+    start = resume_step(ray.train.get_checkpoint())
     for step in range(start, 3):
         if step == 1 and ctx.get_world_rank() == 0 and not os.path.exists(config["marker"]):
             Path(config["marker"]).touch()

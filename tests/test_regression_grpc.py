@@ -23,8 +23,8 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.trainable import wrap_function
 
 import ray_tt_ext
-from ray_tt_ext import PayloadTooLargeError, inspect_payload
-from ray_tt_ext._payload import registered_view
+from ray_tt_ext import PayloadTooLargeError
+from ray_tt_ext._payload import inspect_registered
 
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -69,8 +69,7 @@ def _trainer(where: str, nbytes: int, tmp_path=None, cls=ray_tt_ext.DataParallel
 
 
 def registered_bytes(trainable) -> int:
-    with registered_view():
-        return inspect_payload(trainable).total_bytes
+    return inspect_registered(trainable).total_bytes
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ import ray_tt_ext
 from ray_tt_ext import CheckpointConfig, StorageContext, Tuner
 from ray_tt_ext._compat import Experiment
 from ray_tt_ext._compat import StorageContext as RayStorageContext
-from ray_tt_ext._storage import (
+from ray_tt_ext._naming import (
     index_pattern,
     next_index,
     render_dir_name,

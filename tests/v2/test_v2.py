@@ -401,3 +401,34 @@ def test_a_resumed_run_cannot_reuse_the_name_of_a_recorded_checkpoint(storage_pa
     named = os.path.join(storage_path, "resumed", "named")
     assert read_state(named)["epoch"] == 0  # the recorded checkpoint, untouched
     assert folders(os.path.join(storage_path, "resumed")) == ["named"]
+
+
+def test_a_v2_training_worker_loads_no_train_v1_module(storage_path):
+    from v2_loops import modules_loop
+
+    trainer = v2.DataParallelTrainer(
+        modules_loop,
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        run_config=ray.train.RunConfig(
+            name="modules",
+            storage_path=storage_path,
+            checkpoint_config=v2.CheckpointConfig(),
+        ),
+    )
+    loaded = set(trainer.fit().metrics["modules"].split(","))
+    assert "ray_tt_ext._train_v2" in loaded  # the worker did unpickle ray_tt_ext.v2's code
+    v1 = {f"ray_tt_ext.{m}" for m in ("_storage", "_trainer", "_tuner", "_executor")}
+    assert not loaded & (v1 | {"ray_tt_ext._frameworks", "ray_tt_ext._tune_v2"}), loaded
+
+
+def test_the_v2_entries_of_the_override_map_resolve():
+    from ray_tt_ext import _compat
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+    from test_compat_map import resolve
+
+    v2_entries = [e for e in _compat.RAY_OVERRIDES if e.since == "2.51"]
+    assert v2_entries
+    for entry in v2_entries:
+        resolve(entry.ray)
+        assert callable(resolve(entry.ours)), entry.ours

@@ -115,3 +115,12 @@ def tune_checkpoints_fn(config: dict) -> None:
         with open(os.path.join(d, "state.json"), "w") as f:
             json.dump({"step": step}, f)
         ray.tune.report({"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d))
+
+
+def modules_loop(config: dict) -> None:
+    """Report which ray_tt_ext modules this training worker has loaded."""
+    import sys
+
+    loaded = sorted(m for m in sys.modules if m.startswith("ray_tt_ext"))
+    # With a checkpoint: Train V2's Result carries the metrics of the latest one.
+    ray.train.report({"modules": ",".join(loaded)}, checkpoint=_checkpoint({}, "x.json"))

@@ -1,12 +1,24 @@
-"""Helpers for ray_tt_ext's own tests and release scenarios (not public API).
+"""Test support for ray_tt_ext's tests, release scenarios and scripts (not shipped).
 
-:class:`HeadNode` starts ``ray start --head --block`` on loopback with a Ray
-Client server and token authentication, and stops exactly what it started.
+Lives beside the package, not in it: the wheel holds product code only
+(``tests/test_layout.py`` checks its file list). ``tests/``, ``release_tests/``
+and ``scripts/`` put the repository root on ``sys.path`` (and on Ray workers'
+``PYTHONPATH``) to import it.
+
+* :class:`HeadNode` starts ``ray start --head --block`` on loopback with a Ray
+  Client server and token authentication, and stops exactly what it started;
+  :class:`MotoServer` does the same for moto's S3 server.
+* :func:`init_local_ray`, :func:`connect_client`, :class:`CountingFileSystem`.
+* :func:`resume_step` (where a training loop goes on after a restored
+  ``state.json`` checkpoint) and :func:`counting_conversions` (a trainer class
+  that counts its ``as_trainable()`` calls): the blocks the tests, the release
+  scenarios, the bench and the demo used to repeat.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 import shutil
 import signal
@@ -344,3 +356,41 @@ def connect_client(address: str, attempts: int = 3):
                 raise
             time.sleep(2.0 * attempt)
     raise AssertionError("unreachable")
+
+
+def resume_step(checkpoint: Any, key: str = "step") -> int:
+    """The step after the one a restored checkpoint's ``state.json`` holds; 0 without one.
+
+    Call it with ``ray.train.get_checkpoint()`` (or Tune's) at the top of a
+    training loop; runs on a training worker or in a trial actor.
+    """
+    if not checkpoint:
+        return 0
+    with checkpoint.as_directory() as d:
+        with open(os.path.join(d, "state.json")) as f:
+            return json.load(f)[key] + 1
+
+
+def counting_conversions(
+    trainer_cls: type,
+    count: Any,
+    *,
+    name: Optional[str] = None,
+    module: Optional[str] = None,
+) -> type:
+    """A subclass of ``trainer_cls`` whose ``as_trainable()`` calls ``count(trainer)``
+    first (a spy for once-only conversion); runs where the trainer is converted.
+
+    With ``name`` and ``module`` (the module it is assigned in, at its top
+    level) the class pickles by reference there, as a class written out would.
+    """
+
+    class Counted(trainer_cls):
+        def as_trainable(self):
+            count(self)
+            return super().as_trainable()
+
+    Counted.__name__ = Counted.__qualname__ = name or f"Counted{trainer_cls.__name__}"
+    if module is not None:
+        Counted.__module__ = module
+    return Counted

@@ -1,0 +1,128 @@
+"""The package's layers point down, and its wheel holds product code only."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "ray_tt_ext"
+
+#: docs/guide.md, "Layout": a module imports only from its own layer or below.
+LAYERS = {
+    "_version": 0,
+    "_env": 0,
+    "_compat": 1,
+    "_payload": 2,
+    "_naming": 2,
+    "_executor": 2,
+    "_storage": 3,
+    "_trainer": 3,
+    "_tuner": 3,
+    "_frameworks": 3,
+    "_train_v2": 3,
+    "_tune_v2": 3,
+    "__init__": 4,
+    "v2": 4,
+    "__main__": 4,
+    "_demo": 4,
+}
+#: What a Train V2 training worker may load (it unpickles ``_train_v2``'s code).
+V1_MODULES = {"_storage", "_trainer", "_tuner", "_frameworks", "_executor", "_tune_v2"}
+
+
+def imports(module: str) -> set[str]:
+    """The package modules ``module`` imports, function-local imports included."""
+    tree = ast.parse((PACKAGE / f"{module}.py").read_text())
+    found = set()
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.ImportFrom)
+            and node.module
+            and node.module.startswith("ray_tt_ext")
+        ):
+            if node.module == "ray_tt_ext":
+                found |= {a.name for a in node.names if a.name in LAYERS}
+            else:
+                found.add(node.module.split(".")[1])
+        elif isinstance(node, ast.Import):
+            found |= {
+                a.name.split(".")[1] for a in node.names if a.name.startswith("ray_tt_ext.")
+            }
+    return found - {module}
+
+
+def test_every_module_has_a_layer():
+    assert {p.stem for p in PACKAGE.glob("*.py")} == set(LAYERS)
+
+
+def test_layers_point_down_and_nothing_imports_in_a_circle():
+    upward = [
+        f"{m} (layer {LAYERS[m]}) imports {t} (layer {LAYERS[t]})"
+        for m in LAYERS
+        for t in imports(m)
+        if LAYERS[t] > LAYERS[m]
+    ]
+    assert not upward, upward
+
+    def reaches(start: str) -> set[str]:
+        seen, todo = set(), [start]
+        while todo:
+            for t in imports(todo.pop()):
+                if t not in seen:
+                    seen.add(t)
+                    todo.append(t)
+        return seen
+
+    circles = [m for m in LAYERS if m in reaches(m)]
+    assert not circles, circles
+
+
+def test_the_v2_trainers_and_the_shared_pieces_reach_no_train_v1_module():
+    for module in ("_train_v2", "_naming", "_payload", "_compat", "_env"):
+        reached, todo = set(), [module]
+        while todo:
+            for t in imports(todo.pop()):
+                if t not in reached:
+                    reached.add(t)
+                    todo.append(t)
+        assert not reached & V1_MODULES, (module, reached & V1_MODULES)
+
+
+def test_the_shared_pieces_know_no_trainer():
+    for module in ("_payload", "_naming"):
+        assert imports(module) <= {"_compat", "_env"}, (module, imports(module))
+
+
+def test_the_wheel_holds_product_code_only(tmp_path):
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "-q",
+            "-w",
+            str(tmp_path),
+            str(ROOT),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (wheel,) = tmp_path.glob("ray_tt_ext-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    code = sorted(
+        n for n in names if not n.startswith("ray_tt_ext-") and not n.endswith("/")
+    )
+    assert code == sorted(
+        f"ray_tt_ext/{p.name}" for p in PACKAGE.iterdir() if p.suffix in (".py", ".typed")
+    )
+    assert not [
+        n for n in names if "testing" in n or n.startswith(("tests/", "rtt_testing/"))
+    ]
