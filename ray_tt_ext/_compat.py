@@ -477,6 +477,67 @@ def train_v2_api() -> Any:
     )
 
 
+def train_v2_bridge_api() -> Any:
+    """Ray Train V2's controller, worker group and callback classes that
+    ``ray_tt_ext.v2.Tuner(trainer)`` builds on (``_v2_trial``).
+
+    Imported on demand, in the Tune trial actor and the run's controller actor
+    (never on a training worker). Checked on Ray 2.60; ``RAY_OVERRIDES`` lists
+    what is overridden.
+    """
+    import types
+
+    from ray.util.queue import Queue
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    try:
+        from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+        from ray.train.v2._internal.callbacks.placement_group_callback import (
+            PlacementGroupCleanerCallback,
+        )
+        from ray.train.v2._internal.constants import (
+            DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+            get_env_vars_to_propagate,
+        )
+        from ray.train.v2._internal.execution.controller import TrainController
+        from ray.train.v2._internal.execution.worker_group import WorkerGroup
+        from ray.train.v2._internal.execution.worker_group.placement_group_handle import (
+            DefaultPlacementGroupHandle,
+        )
+        from ray.train.v2.api.callback import UserCallback
+    except ImportError as e:  # a Train V2 older or newer than the bridge knows
+        raise UnsupportedRayVersionError(
+            f"ray_tt_ext.v2.Tuner(trainer) extends Ray Train V2 internals that "
+            f"ray=={RAY_VERSION} does not have ({e}). Fix: pip install "
+            f"'ray[tune,train]>=2.60,<{MAX_RAY_VERSION}' (docs/compatibility.md), or "
+            "tune a function that fits the trainer (Ray's documented pattern)."
+        ) from e
+
+    def controller_env_vars() -> dict[str, str]:
+        """The environment Ray's ``_initialize_and_run_controller`` gives its controller."""
+        env_vars = get_env_vars_to_propagate()
+        env_vars.setdefault(
+            RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+            DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+        )
+        return env_vars
+
+    v2 = train_v2_api()
+    return types.SimpleNamespace(
+        CheckpointConfig=v2.CheckpointConfig,
+        DefaultPlacementGroupHandle=DefaultPlacementGroupHandle,
+        PlacementGroupCleanerCallback=PlacementGroupCleanerCallback,
+        PlacementGroupSchedulingStrategy=PlacementGroupSchedulingStrategy,
+        Queue=Queue,
+        RunConfig=v2.RunConfig,
+        ScalingConfig=v2.ScalingConfig,
+        TrainController=TrainController,
+        UserCallback=UserCallback,
+        WorkerGroup=WorkerGroup,
+        controller_env_vars=controller_env_vars,
+    )
+
+
 def is_train_v2_trainer(obj: Any) -> bool:
     """Whether ``obj`` is a Ray Train V2 trainer (never imports Train V2 itself)."""
     module = sys.modules.get("ray.train.v2.api.data_parallel_trainer")

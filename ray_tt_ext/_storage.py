@@ -268,6 +268,10 @@ class StorageContext(_compat.StorageContext):
                 f"Refusing to write checkpoint to {target}: not a folder directly in "
                 f"the trial folder {self.trial_fs_path}."
             )
+        if _already_there(checkpoint, self.storage_filesystem, self.checkpoint_fs_path):
+            # Written into its folder already (a Train V2 run of a
+            # ray_tt_ext.v2.Tuner trial): recorded where it is, never copied.
+            return checkpoint
         return super().persist_current_checkpoint(checkpoint)
 
     # -- restore ---------------------------------------------------------------
@@ -320,6 +324,14 @@ class StorageContext(_compat.StorageContext):
     def _listing(self) -> FolderListing:
         """This process's listing of the trial folder (``_naming.FolderListing``)."""
         return FolderListing.of(self.storage_filesystem, self.trial_fs_path, "trial folder")
+
+
+def _already_there(checkpoint: Any, filesystem: Any, fs_path: str) -> bool:
+    """Whether ``checkpoint`` is the folder ``fs_path`` of ``filesystem`` itself."""
+    fs = getattr(checkpoint, "filesystem", None)
+    if fs is None or getattr(fs, "type_name", None) != filesystem.type_name:
+        return False
+    return str(checkpoint.path).rstrip("/") == str(fs_path).rstrip("/")
 
 
 # ---------------------------------------------------------------------------

@@ -10,7 +10,7 @@ Where each piece runs:
 * ``_V2TrainerMixin.fit`` measures what the trainer sends to its controller
   (driver, or the Tune trial actor that builds the trainer) and
   ``_get_train_func`` wraps the training function.
-* :class:`_PolicyTrainFn` runs on every training worker: before the user's
+* :class:`PolicyTrainFn` runs on every training worker: before the user's
   loop starts it installs :class:`_NamingTrainFnUtils`, the object behind
   ``ray.train.report`` there, which names (rank 0) and checks (every rank)
   each checkpoint folder before Ray writes anything.
@@ -242,9 +242,29 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
     """What ``ray.train.report`` calls on a training worker, with safe names.
 
     Extends Ray Train V2's ``DistributedTrainFnUtils.report`` (installed by
-    :class:`_PolicyTrainFn` with ``set_train_fn_utils``); runs on every
+    :class:`PolicyTrainFn` with ``set_train_fn_utils``); runs on every
     training worker, in the thread of the user's training loop.
+
+    ``initial_checkpoint``: where the run starts when it has no checkpoint of
+    its own yet (a Tune trial given another trial's checkpoint, e.g. by PBT);
+    ``known``: the names of the run's folders from before, which do not count
+    as its own checkpoints for that.
     """
+
+    def __init__(self, initial_checkpoint: Optional[Any] = None, known: tuple = ()):
+        super().__init__()
+        self._initial_checkpoint = initial_checkpoint
+        self._known = frozenset(known)
+
+    def get_checkpoint(self) -> Optional[Any]:
+        """Extends Ray Train V2's ``DistributedTrainFnUtils.get_checkpoint``; runs on a
+        training worker: the run's own latest checkpoint, else the initial one."""
+        own = super().get_checkpoint()
+        if self._initial_checkpoint is None:
+            return own
+        if own is not None and own.path.rstrip("/").rsplit("/", 1)[-1] not in self._known:
+            return own
+        return self._initial_checkpoint
 
     def report(
         self,
@@ -286,7 +306,7 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
         )
 
 
-class _PolicyTrainFn:
+class PolicyTrainFn:
     """The training function a ray_tt_ext.v2 trainer sends: Ray's, plus safe names.
 
     Built on the driver by ``_V2TrainerMixin._get_train_func``; called on every
@@ -297,13 +317,26 @@ class _PolicyTrainFn:
 
     def __init__(self, train_fn: Callable[[], Any]):
         self._train_fn = train_fn
+        self._initial_checkpoint: Optional[Any] = None
+        self._known: tuple = ()
+
+    def starting_from(
+        self, initial_checkpoint: Optional[Any], known: tuple
+    ) -> PolicyTrainFn:
+        """This function, starting the run from ``initial_checkpoint`` while the run
+        has no checkpoint of its own (names in ``known`` are older ones). Set in
+        the Tune trial actor by ``ray_tt_ext.v2.Tuner``."""
+        self._initial_checkpoint, self._known = initial_checkpoint, tuple(known)
+        return self
 
     def __call__(self) -> Any:
         """Patches Ray Train V2's worker hook (``set_train_fn_utils``), then runs
         the user's loop. Runs on a training worker."""
         current = _V2.get_train_fn_utils()
         if type(current) is _V2.DistributedTrainFnUtils:
-            _V2.set_train_fn_utils(_NamingTrainFnUtils())
+            _V2.set_train_fn_utils(
+                _NamingTrainFnUtils(self._initial_checkpoint, self._known)
+            )
         elif not isinstance(current, _NamingTrainFnUtils):
             logger.warning(
                 "ray_tt_ext.v2: this worker's ray.train.report goes through %s, not Ray's "
@@ -366,7 +399,7 @@ class _V2TrainerMixin:
         Overrides Ray Train V2's ``DataParallelTrainer._get_train_func``; runs
         where ``fit()`` is called (driver, or a Tune trial actor).
         """
-        return _PolicyTrainFn(super()._get_train_func())
+        return PolicyTrainFn(super()._get_train_func())
 
     def fit(self) -> Any:
         """Measure the payload, then Ray's ``fit()``.
@@ -378,6 +411,10 @@ class _V2TrainerMixin:
             PayloadTooLargeError: the training function and
                 ``train_loop_config`` are over the payload limit.
         """
+        if getattr(self, "_measured_by_tuner", False):
+            # A trial of ray_tt_ext.v2.Tuner: the Tuner measured what Tune
+            # registered; the arguments came through the object store.
+            return super().fit()
         check_registered_payload(
             v2_payload(self),
             what=f"What {type(self).__name__} sends to its controller",

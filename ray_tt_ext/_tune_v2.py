@@ -1,35 +1,140 @@
 """Ray Tune over Ray's default Train V2 stack: ``ray_tt_ext.v2.Tuner``.
 
-The Tune x Train V2 seam. Runs on the driver (or the Ray Client client); it
-builds on the V1 Tuner's machinery (once-only conversion, the payload guard,
-the checkpoint policy), but nothing here reaches a Train V2 training worker:
-the V2 trainers (``_train_v2``) import neither this module nor the V1 ones.
+The Tune x Train V2 seam, driver side (or the Ray Client client). It builds on
+the V1 Tuner's machinery (once-only conversion, the payload guard, the
+checkpoint policy) and adds what Ray 2.51+ dropped: ``Tuner(trainer)`` for a
+Train V2 trainer, with V1's meaning of ``param_space``. The trial side is
+``_v2_trial``; nothing here reaches a Train V2 training worker.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import dataclasses
+from typing import Any, Optional
 
 from ray_tt_ext import _compat
+from ray_tt_ext._compat import AirEntrypoint
+from ray_tt_ext._storage import StorageContext
+from ray_tt_ext._trainer import conversion
 from ray_tt_ext._tuner import Tuner as _V1Tuner
+from ray_tt_ext._v2_trial import check_param_space, make_trainable_cls
+
+
+def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
+    """A Train V2 trainer as its Tune trainable class; ``None`` for anything else.
+
+    The ``_TunerInternal`` converter of ``ray_tt_ext.v2.Tuner`` (driver, or the
+    Ray Client Tuner actor), called once per assignment of the trainable. The
+    trainer's arguments go into the object store once, owned by ``owner`` (the
+    Tuner); the Tuner measures the class it gets.
+    """
+    if not _compat.is_train_v2_trainer(trainable):
+        return None
+    with conversion(owner, measured_by_caller=True):
+        return make_trainable_cls(trainable)
+
+
+def _tune_run_config(run_config: Any, trainer: Any) -> Any:
+    """Tune's ``RunConfig`` for a V2 trainer's trials (driver).
+
+    Given none, the trainer's ``name``, ``storage_path`` and
+    ``storage_filesystem`` carry over (V1's ``Tuner(trainer)`` did the same).
+    Tune keeps the record of every checkpoint and deletes what retention drops,
+    so the trainer's ``num_to_keep`` and score settings become Tune's unless
+    Tune's ``CheckpointConfig`` sets its own.
+    """
+    trainer_run = trainer.run_config
+    if run_config is None:
+        run_config = _compat.TuneRunConfig(
+            name=trainer_run.name,
+            storage_path=trainer_run.storage_path,
+            storage_filesystem=trainer_run.storage_filesystem,
+        )
+    checkpoint_config = run_config.checkpoint_config or _compat.TuneCheckpointConfig()
+    train_checkpoints = trainer_run.checkpoint_config
+    retention = ("num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order")
+    if train_checkpoints is not None and all(
+        getattr(checkpoint_config, f) == getattr(_compat.TuneCheckpointConfig(), f)
+        for f in retention
+    ):
+        checkpoint_config = dataclasses.replace(
+            checkpoint_config, **{f: getattr(train_checkpoints, f) for f in retention}
+        )
+    return dataclasses.replace(run_config, checkpoint_config=checkpoint_config)
 
 
 class Tuner(_V1Tuner):
-    """``ray_tt_ext.Tuner`` for a Train V2 process: reachable without turning V1 on.
+    """``ray_tt_ext.Tuner`` for Ray's default Train V2 stack; never turns V1 on.
 
-    Same arguments as ``ray_tt_ext.Tuner``. Runs function and class trainables
-    with the payload guard and the checkpoint policy; Ray's Tune + Train V2
-    pattern (a function that builds a V2 trainer with ``TuneReportCallback``
-    and calls ``fit()``) runs under it as documented. Under Ray Client its
-    Tuner actor keeps the cluster's Train version.
+    Same arguments as ``ray_tt_ext.Tuner``. It takes:
+
+    * a ``ray_tt_ext.v2`` trainer or one of Ray's own V2 trainers, with V1's
+      meaning of ``param_space`` (its keys are trainer arguments;
+      ``train_loop_config`` and ``scaling_config`` are merged key by key). Each
+      trial is one Train V2 run named after the trial, whose folder is the
+      trial folder: every checkpoint the run reports is a Tune checkpoint of
+      the trial (the same folder, nothing copied); the trial reserves one
+      bundle per worker, and Tune removes it, workers and all, when the trial
+      stops;
+    * function and class trainables, with the payload guard and the checkpoint
+      policy, Ray's Tune + Train V2 pattern (a function that fits a V2 trainer
+      with ``TuneReportCallback``) among them.
+
+    Under Ray Client its Tuner actor keeps the cluster's Train version.
 
     Raises:
         TrainV2DisabledError: Train V2 is off in this process.
-        TypeError: a Train V1 trainer (use ``ray_tt_ext.Tuner``), or a V2
-            trainer given directly (tune a function that fits it).
+        TypeError: a Train V1 trainer (use ``ray_tt_ext.Tuner``).
+        ValueError: a ``param_space`` key that is not an argument of the trainer.
+        PayloadTooLargeError: what Tune would register is over the limit.
     """
 
     _TRAIN_V1 = False
+
+    def __init__(
+        self,
+        trainable: Optional[Any] = None,
+        *,
+        param_space: Optional[dict[str, Any]] = None,
+        tune_config: Optional[Any] = None,
+        run_config: Optional[Any] = None,
+        payload_limit: Optional[int] = None,
+        storage_context_cls: Optional[type[StorageContext]] = None,
+        _tuner_kwargs: Optional[dict] = None,
+        _tuner_internal: Optional[Any] = None,
+        _entrypoint: AirEntrypoint = AirEntrypoint.TUNER,
+    ):
+        """Extends ``ray_tt_ext.Tuner.__init__`` (driver or client): a V2 trainer's
+        ``param_space`` is checked first, and Tune's ``RunConfig`` takes the
+        trainer's storage and retention."""
+        if _tuner_internal is None and _compat.is_train_v2_trainer(trainable):
+            _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
+            check_param_space(type(trainable), param_space)
+            run_config = _tune_run_config(_compat.to_train_v1(run_config), trainable)
+        super().__init__(
+            trainable,
+            param_space=param_space,
+            tune_config=tune_config,
+            run_config=run_config,
+            payload_limit=payload_limit,
+            storage_context_cls=storage_context_cls,
+            _tuner_kwargs=_tuner_kwargs,
+            _tuner_internal=_tuner_internal,
+            _entrypoint=_entrypoint,
+        )
+
+    @classmethod
+    def _make_internal(cls, kwargs: dict[str, Any]) -> Any:
+        """Extends ``ray_tt_ext.Tuner._make_internal`` (driver or client): V2 trainers
+        are converted by :func:`convert_v2_trainer`, and their experiments use
+        ray_tt_ext's ``StorageContext`` (it records a Train checkpoint where it
+        is, instead of copying it)."""
+        kwargs = dict(kwargs, trainable_converter=convert_v2_trainer)
+        if _compat.is_train_v2_trainer(kwargs.get("trainable")):
+            kwargs["storage_context_cls"] = (
+                kwargs.get("storage_context_cls") or StorageContext
+            )
+        return super()._make_internal(kwargs)
 
     @classmethod
     def _check_trainable(cls, trainable: Any) -> None:
@@ -38,9 +143,11 @@ class Tuner(_V1Tuner):
         if isinstance(trainable, _compat.BaseTrainer):
             raise TypeError(
                 f"`{type(trainable).__name__}` is a Ray Train V1 trainer; "
-                "ray_tt_ext.v2.Tuner runs Tune trainables on Ray's Train V2 stack. Fix: "
-                "tune a function that builds a ray_tt_ext.v2 trainer and calls fit(), "
-                "or run V1 trainers with ray_tt_ext.Tuner in a process with "
-                f"{_compat.V2_ENV_VAR}=0."
+                "ray_tt_ext.v2.Tuner runs Ray's Train V2 trainers (ray_tt_ext.v2's or "
+                "Ray's own) and Tune trainables. Fix: use ray_tt_ext.v2.DataParallelTrainer "
+                "(or TorchTrainer) with configs from ray.train, or run V1 trainers with "
+                f"ray_tt_ext.Tuner in a process with {_compat.V2_ENV_VAR}=0."
             )
+        if _compat.is_train_v2_trainer(trainable):
+            return  # converted by convert_v2_trainer
         super()._check_trainable(trainable)

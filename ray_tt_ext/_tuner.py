@@ -46,12 +46,17 @@ class _TunerInternal(TunerInternal):
         *,
         payload_limit: Optional[int] = None,
         storage_context_cls: Optional[type[StorageContext]] = None,
+        trainable_converter: Optional[Callable[[Any, Any], Any]] = None,
         **kwargs: Any,
     ):
         """Extends Ray's ``TunerInternal.__init__`` with ``payload_limit`` and
         ``storage_context_cls``, both checked before Ray's runs (nothing is
-        written on bad input). Runs on the driver (or the Ray Client Tuner actor).
+        written on bad input), and ``trainable_converter``
+        (``converter(trainable, owner)``: a Tune trainable, or ``None`` to leave
+        it to this class; ``ray_tt_ext.v2.Tuner`` converts Train V2 trainers with
+        it). Runs on the driver (or the Ray Client Tuner actor).
         """
+        self._trainable_converter = trainable_converter
         # Validated now, so bad input fails before anything is written.
         if payload_limit is not None:
             resolve_payload_limit(payload_limit)
@@ -79,7 +84,9 @@ class _TunerInternal(TunerInternal):
         Extends Ray's ``TunerInternal.__setstate__``; runs on the driver.
         """
         explicit = getattr(self, "_explicit", {})
+        converter = getattr(self, "_trainable_converter", None)
         super().__setstate__(state)
+        self._trainable_converter = converter
         for name, value in explicit.items():
             if value is not None:
                 setattr(self, name, value)
@@ -94,6 +101,7 @@ class _TunerInternal(TunerInternal):
         """
         state = super().__getstate__()
         state.pop("_guarded_trainable", None)
+        state.pop("_trainable_converter", None)  # given again on restore
         state.pop("_explicit", None)
         return state
 
@@ -110,7 +118,9 @@ class _TunerInternal(TunerInternal):
             _compat.ensure_train_v1(trainable.run_config, trainable.scaling_config)
             with conversion(self, measured_by_caller=True):
                 return trainable.as_trainable()
-        return trainable
+        converter = getattr(self, "_trainable_converter", None)
+        converted = converter(trainable, self) if converter is not None else None
+        return trainable if converted is None else converted
 
     def _guard(self, trainable: Any) -> None:
         """Check ``trainable`` once (it is measured again only if it changes)."""
@@ -221,7 +231,10 @@ def _start_remote_tuner_internal(kwargs: dict[str, Any], train_v1: bool = True) 
     ``Tuner.restore(...)`` as themselves, not as Ray's ``ActorDiedError``.
     """
     trainable = kwargs.get("trainable")
-    if trainable is not None and not isinstance(trainable, (str, BaseTrainer)):
+    is_trainer = isinstance(trainable, BaseTrainer) or _compat.is_train_v2_trainer(
+        trainable
+    )
+    if trainable is not None and not isinstance(trainable, str) and not is_trainer:
         check_registered_payload(
             trainable,
             what=f"The trainable `{Experiment.get_trainable_name(trainable)}`",

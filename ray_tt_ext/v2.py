@@ -66,7 +66,7 @@ def __getattr__(name: str) -> Any:
     if _compat.RAY_VERSION.release < _compat.MIN_TRAIN_V2_RAY_VERSION.release:
         ensure_train_v2(f"ray_tt_ext.v2.{name}")  # raises UnsupportedRayVersionError
     if name == "Tuner":
-        from ray_tt_ext._tune_v2 import Tuner as value
+        from ray_tt_ext._tune_v2 import Tuner as value  # noqa: N813
     else:
         from ray_tt_ext import _train_v2
 

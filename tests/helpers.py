@@ -270,45 +270,6 @@ def raising_loop(config: dict[str, Any]) -> None:
     raise ValueError("lr must be positive")
 
 
-def settled_object_store_used_mib(timeout_s: float = 15.0) -> float:
-    """Plasma memory in use once it stops changing (Ray frees objects
-    asynchronously, and earlier tests' objects may still be going)."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    last = object_store_used_mib(settle_s=0)
-    while time.monotonic() < deadline:
-        time.sleep(1.0)
-        now = object_store_used_mib(settle_s=0)
-        if now == last:
-            return now
-        last = now
-    return last
-
-
-def object_store_used_mib(settle_s: float = 10.0, below: Optional[float] = None) -> float:
-    """Plasma memory in use on this Ray (MiB), from Ray's memory summary.
-
-    Freeing is asynchronous: with ``below``, polls up to ``settle_s`` seconds
-    for the usage to drop below it, and returns the last reading.
-    """
-    import re
-    import time
-
-    from ray._private.internal_api import memory_summary
-
-    deadline = time.monotonic() + settle_s
-    while True:
-        # This Ray's address: another Ray on the machine would make it ambiguous.
-        address = ray.get_runtime_context().gcs_address
-        summary = memory_summary(address=address, stats_only=True)
-        match = re.search(r"Plasma memory usage (\d+) MiB", summary)
-        used = float(match.group(1)) if match else 0.0
-        if below is None or used < below or time.monotonic() > deadline:
-            return used
-        time.sleep(0.25)
-
-
 def alive_actors(class_name: str) -> list:
     """Alive actors of a class, from the GCS (no dashboard needed).
 

@@ -18,6 +18,7 @@ LAYERS = {
     "_compat": 1,
     "_payload": 2,
     "_naming": 2,
+    "_params": 2,
     "_executor": 2,
     "_storage": 3,
     "_trainer": 3,
@@ -25,13 +26,22 @@ LAYERS = {
     "_frameworks": 3,
     "_train_v2": 3,
     "_tune_v2": 3,
+    "_v2_trial": 3,
     "__init__": 4,
     "v2": 4,
     "__main__": 4,
     "_demo": 4,
 }
 #: What a Train V2 training worker may load (it unpickles ``_train_v2``'s code).
-V1_MODULES = {"_storage", "_trainer", "_tuner", "_frameworks", "_executor", "_tune_v2"}
+V1_MODULES = {
+    "_storage",
+    "_trainer",
+    "_tuner",
+    "_frameworks",
+    "_executor",
+    "_tune_v2",
+    "_v2_trial",
+}
 
 
 def imports(module: str) -> set[str]:
@@ -93,7 +103,7 @@ def test_the_v2_trainers_and_the_shared_pieces_reach_no_train_v1_module():
 
 
 def test_the_shared_pieces_know_no_trainer():
-    for module in ("_payload", "_naming"):
+    for module in ("_payload", "_naming", "_params"):
         assert imports(module) <= {"_compat", "_env"}, (module, imports(module))
 
 

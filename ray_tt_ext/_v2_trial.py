@@ -1,0 +1,423 @@
+"""One Tune trial = one Train V2 run: the trial side of ``ray_tt_ext.v2.Tuner(trainer)``.
+
+Where each piece runs:
+
+* :func:`make_trainable_cls` (driver): the small Tune trainable class that
+  stands for a V2 trainer: the trainer's class, its constructor arguments in
+  the object store (``_params``), its base ``ScalingConfig``.
+* :class:`V2Trial` (the Tune trial actor): builds the trainer from those
+  arguments and the trial's hyperparameters (V1's meaning of ``param_space``:
+  its keys are trainer arguments, ``train_loop_config`` and ``scaling_config``
+  merged key by key), names the Train run after the trial (its folder *is*
+  the trial folder, so a retry or a restore continues the run), runs
+  ``fit()`` in a thread and reports each of rank 0's reports to Tune, with
+  the Train checkpoint itself (nothing copied).
+* :class:`TrialController` (the run's controller actor, in the trial's
+  placement group): Ray's ``TrainController`` whose worker group starts in the
+  trial's placement group, which Tune reserved from the trainer's
+  ``ScalingConfig``; Tune removes it when the trial stops, and the workers
+  with it.
+* :class:`TuneReportBridge` (a V2 ``UserCallback``, in the controller): sends
+  rank 0's metrics and the checkpoint to the trial, one at a time (Train waits
+  until Tune took the previous one, as with Ray's ``TuneReportCallback``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import logging
+import os
+import threading
+from typing import Any, Optional
+
+import ray
+
+from ray_tt_ext import _compat
+from ray_tt_ext._naming import FolderListing
+from ray_tt_ext._params import ObjectStoreParams
+from ray_tt_ext._train_v2 import PolicyTrainFn
+
+logger = logging.getLogger("ray_tt_ext")
+
+_V2 = _compat.train_v2_bridge_api()
+
+#: Trainer constructor parameter -> the attribute Ray's V2 trainers keep it in.
+_ATTRIBUTE_OF = {"torch_config": "backend_config", "dataset_config": "data_config"}
+#: Parameters that V2 trainers refuse (deprecated): never passed on.
+_DEPRECATED = {"resume_from_checkpoint", "metadata"}
+
+
+def trainer_parameters(trainer_cls: type) -> list[str]:
+    """The keyword arguments ``trainer_cls``'s constructor takes (its ``param_space`` keys)."""
+    params = inspect.signature(trainer_cls.__init__).parameters.values()
+    return [
+        p.name
+        for p in params
+        if p.name != "self"
+        and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        and p.name not in _DEPRECATED
+    ]
+
+
+def trainer_kwargs(trainer: Any) -> dict[str, Any]:
+    """The arguments that rebuild ``trainer`` (a V2 trainer, Ray's or ours), read
+    back from the attributes its constructor set. Runs on the driver."""
+    kwargs = {}
+    for name in trainer_parameters(type(trainer)):
+        attribute = _ATTRIBUTE_OF.get(name, name)
+        if hasattr(trainer, attribute):
+            kwargs[name] = getattr(trainer, attribute)
+    return kwargs
+
+
+def check_param_space(trainer_cls: type, param_space: Optional[dict[str, Any]]) -> None:
+    """Every ``param_space`` key must be a trainer argument (driver, before anything runs)."""
+    allowed = trainer_parameters(trainer_cls)
+    for key in param_space or {}:
+        if key not in allowed:
+            raise ValueError(
+                f"param_space key {key!r} is not an argument of {trainer_cls.__name__}: "
+                "with a trainer, param_space's keys are trainer arguments (V1's meaning). "
+                f"Its arguments: {allowed}. Fix: put hyperparameters under "
+                "'train_loop_config' (merged key by key into the trainer's), e.g. "
+                f"param_space={{'train_loop_config': {{{key!r}: tune.grid_search([...])}}}}."
+            )
+    for key in ("train_loop_config", "scaling_config"):
+        value = (param_space or {}).get(key)
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(
+                f"param_space[{key!r}] must be a dict of the fields to tune (merged "
+                f"key by key into the trainer's {key}), got {type(value).__name__}."
+            )
+
+
+def merged_kwargs(base: dict[str, Any], config: dict[str, Any], trainer_cls: type) -> dict:
+    """The trainer's arguments with the trial's hyperparameters (trial actor, driver)."""
+    check_param_space(trainer_cls, config)
+    merged = dict(base)
+    for key, value in config.items():
+        if key == "train_loop_config":
+            merged[key] = _compat.deep_update(
+                dict(base.get(key) or {}), value, new_keys_allowed=True
+            )
+        elif key == "scaling_config":
+            scaling = base.get(key) or _V2.ScalingConfig()
+            merged[key] = dataclasses.replace(scaling, **value)
+        else:
+            merged[key] = value
+    return merged
+
+
+def resource_request(scaling_config: Any) -> Any:
+    """What a trial reserves: one bundle per worker, the trial actor and the run's
+    controller take none (nothing waits holding a CPU). Driver."""
+    if not isinstance(scaling_config.num_workers, int):
+        raise ValueError(
+            f"ScalingConfig(num_workers={scaling_config.num_workers!r}): an elastic "
+            "worker group cannot be reserved by a Tune trial. Fix: a fixed num_workers "
+            "(tune it with param_space={'scaling_config': {'num_workers': ...}})."
+        )
+    bundle = dict(scaling_config._resources_per_worker_not_none)
+    return _compat.PlacementGroupFactory(
+        [{}] + [bundle] * scaling_config.num_workers,
+        strategy=scaling_config.placement_strategy,
+    )
+
+
+# ---------------------------------------------------------------------------
+# The run's controller (an actor in the trial's placement group)
+# ---------------------------------------------------------------------------
+
+
+class _TunePlacementGroupHandle(_V2.DefaultPlacementGroupHandle):
+    """The trial's placement group as the worker group's: Tune owns it, so
+    shutting the worker group down leaves it (Tune removes it with the trial)."""
+
+    def shutdown(self) -> None:
+        """Overrides Ray Train V2's ``DefaultPlacementGroupHandle.shutdown``; runs in
+        the controller actor. Tune removes the trial's placement group itself."""
+
+
+class TrialWorkerGroup(_V2.WorkerGroup):
+    """Ray Train V2's ``WorkerGroup`` whose workers take the trial's bundles."""
+
+    #: The trial's placement group (set per controller, see TrialController).
+    trial_placement_group: Any = None
+
+    def _create_placement_group(self, scaling_config: Any, worker_group_context: Any):
+        """Overrides Ray Train V2's ``WorkerGroup._create_placement_group``; runs in
+        the controller actor. The trial's placement group when its bundles fit
+        the worker group (one per worker); else Ray's own (a resized group)."""
+        pg = self.trial_placement_group
+        if pg is not None and len(pg.bundle_specs) == worker_group_context.num_workers:
+            return _TunePlacementGroupHandle(pg)
+        return super()._create_placement_group(scaling_config, worker_group_context)
+
+
+class TrialController(_V2.TrainController):
+    """Ray Train V2's ``TrainController`` for one Tune trial (the controller actor)."""
+
+    def __init__(self, *, trial_placement_group: Any, **kwargs: Any):
+        """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
+        actor. Its worker group starts in ``trial_placement_group``."""
+        self.worker_group_cls = type(
+            "TrialWorkerGroup",
+            (TrialWorkerGroup,),
+            {"trial_placement_group": trial_placement_group},
+        )
+        super().__init__(**kwargs)
+
+
+class TuneReportBridge(_V2.UserCallback):
+    """Sends rank 0's metrics and each checkpoint to the trial, one at a time.
+
+    A Ray Train V2 ``UserCallback``; ``after_report`` runs in the controller
+    actor. The queue holds one report, so Train waits until the trial took the
+    previous one (as Ray's ``TuneReportCallback``).
+    """
+
+    def __init__(self, queue: Any):
+        self._queue = queue
+
+    def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
+        self._queue.put((dict(metrics[0]), checkpoint))
+
+
+_END = "ray_tt_ext.v2: the run ended"
+
+
+def _user_error(error: BaseException) -> BaseException:
+    """The training loop's own error inside Ray Train V2's ``WorkerGroupError``
+    (rank 0's first), so that ``Result.error`` names its type and message."""
+    failures = getattr(error, "worker_failures", None)
+    if isinstance(failures, dict) and failures:
+        return failures[min(failures)]
+    return error
+
+
+class _TrialRun:
+    """One Train V2 run inside a trial actor: ``fit()`` in a thread of its own,
+    its reports through a one-slot queue (an actor of Ray's, zero CPUs, in the
+    trial's placement group), its controller in the trial's placement group."""
+
+    def __init__(self) -> None:
+        self.queue = _V2.Queue(maxsize=1, actor_options={"num_cpus": 0})
+        self.controller: Any = None
+        self.error: Optional[BaseException] = None
+        self._thread: Optional[threading.Thread] = None
+        self._aborted = False
+
+    def start(self, trainer: Any) -> None:
+        """Run ``trainer.fit()`` with this trial's controller (trial actor)."""
+        default_callbacks = trainer._create_default_callbacks
+        trainer._create_default_callbacks = lambda: [
+            # Tune owns the trial's placement group: nothing else removes it.
+            c
+            for c in default_callbacks()
+            if not isinstance(c, _V2.PlacementGroupCleanerCallback)
+        ]
+        trainer._initialize_and_run_controller = self._run_controller
+        self._thread = threading.Thread(
+            target=self._fit, args=(trainer,), name="ray_tt_ext-v2-run", daemon=True
+        )
+        self._thread.start()
+
+    def _fit(self, trainer: Any) -> None:
+        try:
+            trainer.fit()
+        except BaseException as e:  # raised again in the trial's training thread
+            self.error = e
+        finally:
+            try:
+                self.queue.put(_END)
+            except Exception:  # aborted: the queue is gone, and nobody waits
+                pass
+
+    def _run_controller(self, **controller_kwargs: Any) -> Any:
+        """Replaces Ray Train V2's ``DataParallelTrainer._initialize_and_run_controller``
+        for this trainer instance; runs in the trial actor. The controller is
+        Ray's, its worker group in the trial's placement group."""
+        placement_group = ray.util.get_current_placement_group()
+        options: dict[str, Any] = {
+            "num_cpus": 0,  # as Ray's controller; it holds nothing of the trial's
+            "runtime_env": {"env_vars": _V2.controller_env_vars()},
+            "max_restarts": 0,
+        }
+        if placement_group is not None:
+            options["scheduling_strategy"] = _V2.PlacementGroupSchedulingStrategy(
+                placement_group=placement_group,
+                placement_group_capture_child_tasks=True,
+            )
+        self.controller = (
+            ray.remote(TrialController)
+            .options(**options)
+            .remote(trial_placement_group=placement_group, **controller_kwargs)
+        )
+        if self._aborted:
+            self.abort()
+        ray.get(self.controller.run.remote())
+        return ray.get(self.controller.get_result.remote())
+
+    def reports(self):
+        """Rank 0's reports, as they come, until the run ends (trial's training thread)."""
+        while True:
+            item = self.queue.get()
+            if isinstance(item, str) and item == _END:
+                return
+            yield item
+
+    def finish(self) -> None:
+        """Wait for ``fit()``; raise the training loop's error (trial's training thread)."""
+        if self._thread is not None:
+            self._thread.join()
+        if self.error is not None:
+            error = _user_error(self.error)
+            raise error from (self.error if error is not self.error else None)
+
+    def abort(self) -> None:
+        """Stop the run now: its workers, its controller, its queue (trial actor,
+        when Tune stops or resets the trial). Tune removes the placement group."""
+        self._aborted = True
+        controller, self.controller = self.controller, None
+        if controller is not None:
+            try:  # Ray's abort: the worker group, then the controller itself exits
+                ray.get(controller.abort.remote(), timeout=30)
+            except Exception:
+                pass
+            ray.kill(controller, no_restart=True)
+        try:
+            ray.kill(self.queue.actor, no_restart=True)
+        except Exception:
+            pass
+
+
+class V2Trial(_compat.FunctionTrainable):
+    """The Tune trainable behind ``ray_tt_ext.v2.Tuner(trainer)`` (trial actor).
+
+    A per-trainer subclass made by :func:`make_trainable_cls` sets the class
+    attributes below; they are small, so what Tune registers is a few KiB
+    whatever the trainer holds.
+    """
+
+    _name = "Trainer"
+    _trainer_cls: type
+    _params: ObjectStoreParams
+    _base_scaling_config: Any = None
+    _run: Optional[_TrialRun] = None
+
+    @classmethod
+    def default_resource_request(cls, config: dict[str, Any]) -> Any:
+        """Overrides Tune's ``Trainable.default_resource_request``; runs on the
+        driver. One bundle per worker of the (tuned) ``ScalingConfig``."""
+        scaling = cls._base_scaling_config or _V2.ScalingConfig()
+        tuned = (config or {}).get("scaling_config")
+        if isinstance(tuned, dict):
+            scaling = dataclasses.replace(scaling, **tuned)
+        return resource_request(scaling)
+
+    def _trainable_func(self, config: dict[str, Any]) -> None:
+        """Overrides ``FunctionTrainable._trainable_func``; runs in the trial actor's
+        training thread: one Train V2 run, each report of rank 0 a Tune report."""
+        session = _compat.get_session()
+        storage = session.storage
+        kwargs = merged_kwargs(dict(self._params.get()), config, self._trainer_cls)
+        run = self._run = _TrialRun()
+        kwargs["run_config"] = _run_config_for_trial(kwargs.get("run_config"), storage, run)
+        trainer = self._trainer_cls(**kwargs)
+        trainer._measured_by_tuner = True  # the Tuner measured what Tune registered
+        _resume_from(trainer, _compat.get_checkpoint(), storage)
+        run.start(trainer)
+        for metrics, checkpoint in run.reports():
+            if checkpoint is not None:
+                # The Train checkpoint is the trial's: recorded where it is.
+                metrics[_compat.CHECKPOINT_DIR_NAME] = os.path.basename(
+                    checkpoint.path.rstrip("/")
+                )
+                metrics["checkpoint_index"] = storage.current_checkpoint_index + 1
+            _compat.tune_report(metrics, checkpoint=checkpoint)
+        run.finish()
+        # Like Ray's wrap_function: mark the end without logging twice.
+        session.report({_compat.RESULT_DUPLICATE: True})
+
+    def cleanup(self) -> None:
+        """Extends ``FunctionTrainable.cleanup``; runs in the trial actor when Tune
+        stops the trial: the run's workers and controller go first."""
+        self._abort_run()
+        super().cleanup()
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Extends ``FunctionTrainable.reset_config`` (an actor reused for another
+        trial, e.g. by PBT); runs in the trial actor: the old run stops first."""
+        self._abort_run()
+        return super().reset_config(new_config)
+
+    def _abort_run(self) -> None:
+        run, self._run = self._run, None
+        if run is not None:
+            run.abort()
+
+
+def _run_config_for_trial(run_config: Any, storage: Any, run: _TrialRun) -> Any:
+    """The trainer's ``RunConfig`` for this trial's run (trial actor).
+
+    The run is named after the trial and lives in the trial folder, so its
+    checkpoints are the trial's and a retry or a restore continues the run.
+    Train keeps every checkpoint it reports: Tune's ``CheckpointConfig`` (the
+    trainer's ``num_to_keep`` and score by default) decides which to delete, so
+    the two never disagree about a folder.
+    """
+    run_config = run_config or _V2.RunConfig()
+    checkpoint_config = run_config.checkpoint_config or _V2.CheckpointConfig()
+    return dataclasses.replace(
+        run_config,
+        name=storage.trial_dir_name,
+        storage_path=storage.experiment_fs_path,
+        storage_filesystem=storage.storage_filesystem,
+        checkpoint_config=dataclasses.replace(checkpoint_config, num_to_keep=None),
+        callbacks=[*(run_config.callbacks or []), TuneReportBridge(run.queue)],
+    )
+
+
+def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
+    """Start the run from the checkpoint Tune gives the trial (trial actor).
+
+    Tune's: the trial's latest when Tune retries or restores it, another
+    trial's when PBT moves one here. The workers' ``ray.train.get_checkpoint()``
+    returns it until the run reports a checkpoint of its own (see
+    ``_train_v2.PolicyTrainFn``): a folder already in the trial folder never
+    counts as one, so an older checkpoint of the run never wins over Tune's.
+    """
+    initial, known = None, ()
+    if tune_checkpoint is not None:
+        initial = tune_checkpoint
+        listing = FolderListing.of(
+            storage.storage_filesystem, storage.trial_fs_path, "trial folder"
+        )
+        known = tuple(sorted(listing.names()))
+    original = trainer._get_train_func
+
+    def get_train_func() -> Any:
+        train_fn = original()
+        if not isinstance(train_fn, PolicyTrainFn):
+            train_fn = PolicyTrainFn(train_fn)
+        return train_fn.starting_from(initial, known)
+
+    trainer._get_train_func = get_train_func
+
+
+def make_trainable_cls(trainer: Any) -> type[V2Trial]:
+    """The per-trainer Tune trainable class: small attributes only (driver).
+
+    The trainer's constructor arguments go into the object store here, once
+    per conversion, owned by the ``_params.conversion`` in progress (the Tuner).
+    """
+    trainer_cls = type(trainer)
+    attrs = {
+        "_name": trainer_cls.__name__,
+        "_trainer_cls": trainer_cls,
+        "_params": ObjectStoreParams.for_trainer(trainer_kwargs(trainer)),
+        "_base_scaling_config": trainer.scaling_config,
+        "__module__": __name__,
+    }
+    return type("V2TrainTrainable", (V2Trial,), attrs)

@@ -1,0 +1,271 @@
+"""ray_tt_ext.v2.Tuner(trainer): one Train V2 run per trial, seen by Tune.
+
+Real Train V2 (controller actor, worker group) under real Tune, on the
+session's 4-CPU local Ray, with ``RAY_TRAIN_V2_ENABLED`` unset as users have it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import ray
+import ray.train
+import ray.tune
+from v2_tune_loops import steps_loop
+
+import ray_tt_ext.v2 as v2
+
+pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
+
+
+def folders(path: str) -> list[str]:
+    return sorted(n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n)))
+
+
+def read_step(checkpoint) -> int:
+    with checkpoint.as_directory() as d:
+        with open(os.path.join(d, "state.json")) as f:
+            return json.load(f)["step"]
+
+
+def trainer_for(storage_path, config, *, workers=2, checkpoint_config=None, **kwargs):
+    return v2.DataParallelTrainer(
+        steps_loop,
+        train_loop_config=config,
+        scaling_config=ray.train.ScalingConfig(num_workers=workers),
+        run_config=ray.train.RunConfig(
+            storage_path=storage_path,
+            checkpoint_config=checkpoint_config or v2.CheckpointConfig(),
+            **kwargs,
+        ),
+    )
+
+
+def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
+    trainer = trainer_for(
+        storage_path,
+        {"steps": 4},
+        checkpoint_config=v2.CheckpointConfig(
+            checkpoint_dir_name="step_{index:03d}", num_to_keep=2
+        ),
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([1.0, 2.0])}},
+        run_config=ray.tune.RunConfig(name="bridge", storage_path=storage_path),
+    ).fit()
+    assert not results.errors
+    assert len(results) == 2
+    for result in results:
+        # The Train checkpoints, in the trial folder, named by v2.CheckpointConfig.
+        assert os.path.dirname(result.checkpoint.path) == result.path
+        assert os.path.basename(result.checkpoint.path) == "step_003"
+        assert read_step(result.checkpoint) == 3
+        kept = sorted(os.path.basename(c.path) for c, _ in result.best_checkpoints)
+        assert kept == ["step_002", "step_003"]
+        # Retention agrees: the folders on disk are the ones Tune lists.
+        assert [n for n in folders(result.path) if n.startswith("step_")] == kept
+        # Rank 0's metrics plus Tune's own fields.
+        assert result.metrics["rank"] == 0 and result.metrics["world_size"] == 2
+        assert result.metrics["training_iteration"] == 4
+    best = results.get_best_result("loss", "min")
+    assert best.config["train_loop_config"]["lr"] == 1.0
+    assert read_step(best.checkpoint) == 3
+    assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None
+
+
+def test_a_param_space_key_that_is_not_a_trainer_argument_is_an_error(storage_path):
+    trainer = trainer_for(storage_path, {"steps": 1})
+    with pytest.raises(ValueError, match="param_space key 'lr' is not an argument of"):
+        v2.Tuner(trainer, param_space={"lr": ray.tune.grid_search([0.1, 0.2])})
+    with pytest.raises(ValueError, match=r"param_space\['scaling_config'\] must be a dict"):
+        v2.Tuner(trainer, param_space={"scaling_config": ray.train.ScalingConfig()})
+    assert not os.listdir(storage_path)  # nothing was written
+
+
+def test_trials_reserve_their_worker_group_and_give_it_back(storage_path, tmp_path):
+    """4 CPUs, 2-CPU worker groups, 8 trials, ASHA: 2 train at a time, all finish."""
+    log_dir = tmp_path / "steps"
+    log_dir.mkdir()
+    trainer = v2.DataParallelTrainer(
+        steps_loop,
+        train_loop_config={"steps": 4, "sleep_s": 0.5, "log_dir": str(log_dir)},
+        scaling_config=ray.train.ScalingConfig(
+            num_workers=1, resources_per_worker={"CPU": 2}
+        ),
+        run_config=ray.train.RunConfig(checkpoint_config=v2.CheckpointConfig()),
+    )
+    scheduler = ray.tune.schedulers.ASHAScheduler(
+        time_attr="training_iteration", max_t=4, grace_period=1, reduction_factor=2
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search(list(range(1, 9)))}},
+        tune_config=ray.tune.TuneConfig(metric="loss", mode="min", scheduler=scheduler),
+        run_config=ray.tune.RunConfig(name="resources", storage_path=storage_path),
+    ).fit()
+    assert len(results) == 8 and not results.errors
+    iterations = sorted(r.metrics["training_iteration"] for r in results)
+    assert iterations[0] < 4 and iterations[-1] == 4  # ASHA stopped some early
+    # Every step of every trial, by worker process: never more than 2 at once.
+    spans = []
+    for log in log_dir.iterdir():
+        times = [float(line.split()[-1]) for line in log.read_text().splitlines()]
+        spans.append((min(times), max(times)))
+    at_once = max(sum(1 for s, e in spans if s <= t <= e) for t, _ in spans)
+    assert at_once == 2, spans
+    # Nothing kept: no placement group of the Tuner, every CPU free.
+    from ray.util import placement_group_table
+
+    assert not [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert _settled_free_cpus() == 4
+
+
+def _settled_free_cpus(timeout_s: float = 20.0) -> float:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        free = ray.available_resources().get("CPU", 0)
+        if free == ray.cluster_resources()["CPU"] or time.monotonic() > deadline:
+            return free
+        time.sleep(0.5)
+
+
+def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path):
+    trainer = trainer_for(
+        storage_path, {"steps": 3, "fail_at": 1, "marker": str(tmp_path / "m")}, workers=1
+    )
+    (result,) = v2.Tuner(
+        trainer, run_config=ray.tune.RunConfig(name="raises", storage_path=storage_path)
+    ).fit()
+    assert isinstance(result.error, ValueError)
+    assert "lr=None diverged at step 1" in str(result.error)
+    assert read_step(result.checkpoint) == 0  # the checkpoint before the error
+
+
+@pytest.mark.parametrize("retries", ["tune", "train"])
+def test_a_killed_worker_resumes_from_the_latest_checkpoint(
+    storage_path, tmp_path, retries
+):
+    config = {
+        "steps": 5,
+        "fail_at": 3,
+        "fail_how": "kill",
+        "sleep_s": 0.5,  # Tune records the first checkpoints before the death
+        "marker": str(tmp_path / "m"),
+    }
+    trainer = trainer_for(
+        storage_path,
+        config,
+        workers=2,
+        failure_config=ray.train.FailureConfig(max_failures=1 if retries == "train" else 0),
+    )
+    (result,) = v2.Tuner(
+        trainer,
+        run_config=ray.tune.RunConfig(
+            name=f"killed_{retries}",
+            storage_path=storage_path,
+            failure_config=ray.tune.FailureConfig(
+                max_failures=1 if retries == "tune" else 0
+            ),
+        ),
+    ).fit()
+    assert os.path.exists(config["marker"])  # the worker did die
+    assert result.error is None
+    rows = result.metrics_dataframe
+    steps, starts = list(rows["step"]), list(rows["start"])
+    assert steps[-1] == 4 and read_step(result.checkpoint) == 4
+    if retries == "train":
+        # One Tune attempt: Ray Train restarted the workers inside the run, and
+        # they went on from the latest checkpoint the run recorded (a report made
+        # just before the death may be lost to Ray Train: then the one before).
+        pids = list(rows["worker_pid"])
+        restart = next(i for i in range(1, len(pids)) if pids[i] != pids[i - 1])
+        assert 0 < starts[restart] == steps[restart - 1] + 1
+    else:
+        # Tune restarted the trial from its latest checkpoint: the run went on
+        # from that checkpoint's step, and Tune's iteration count with it.
+        assert starts[0] > 0
+        assert rows["training_iteration"].iloc[0] == starts[0] + 1
+    names = [n for n in folders(result.path) if n.startswith("checkpoint_")]
+    assert names == [f"checkpoint_{i:06d}" for i in range(len(names))]  # one sequence
+
+
+def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
+    storage_path, tmp_path
+):
+    config = {"steps": 4, "fail_at": 2, "marker": str(tmp_path / "m")}
+    trainer = trainer_for(storage_path, config, workers=1)
+    run_config = ray.tune.RunConfig(name="restored", storage_path=storage_path)
+    (first,) = v2.Tuner(trainer, run_config=run_config).fit()
+    assert isinstance(first.error, ValueError)
+    tuner = v2.Tuner.restore(
+        os.path.join(storage_path, "restored"), trainer, resume_errored=True
+    )
+    assert isinstance(tuner, v2.Tuner)
+    (result,) = tuner.fit()
+    assert result.error is None
+    assert result.metrics["start"] == 2 and result.metrics["step"] == 3
+    assert os.path.dirname(result.checkpoint.path) == first.path  # the same run
+
+
+def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(storage_path):
+    trainer = trainer_for(storage_path, {"steps": 6, "sleep_s": 0.2}, workers=1)
+    pbt = ray.tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"train_loop_config": {"lr": [1.0, 2.0]}},
+        quantile_fraction=0.5,
+        resample_probability=0.0,
+        synch=True,
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([1.0, 100.0])}},
+        tune_config=ray.tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
+        run_config=ray.tune.RunConfig(name="pbt", storage_path=storage_path),
+    ).fit()
+    assert not results.errors
+    rows = [row for r in results for _, row in r.metrics_dataframe.iterrows()]
+    # A run that started from another trial's checkpoint (lr 1.0's) went on from
+    # that checkpoint's step, not from 0 or from its own.
+    moved = [row for row in rows if row["restored_lr"] == 1.0 and row["start"] > 0]
+    assert moved, rows
+    assert all(row["step"] >= row["start"] for row in moved)
+
+
+def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
+    storage_path, monkeypatch
+):
+    import gc
+
+    import numpy as np
+
+    from ray_tt_ext import _tune_v2
+    from rtt_testing import object_store_used_mib, settled_object_store_used_mib
+
+    conversions = []
+    real = _tune_v2.make_trainable_cls
+    monkeypatch.setattr(
+        _tune_v2, "make_trainable_cls", lambda t: conversions.append(t) or real(t)
+    )
+    before = settled_object_store_used_mib()
+    weights = np.ones(8_000_000)  # 64 MB in train_loop_config
+    trainer = trainer_for(storage_path, {"steps": 1, "weights": weights}, workers=1)
+    tuner = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([1.0, 2.0])}},
+        run_config=ray.tune.RunConfig(name="once", storage_path=storage_path),
+    )
+    registered = v2.inspect_payload(tuner._local_tuner.converted_trainable)
+    assert registered.total_bytes < 16 * 1024, registered.format()
+    assert len(tuner.fit()) == 2 and not tuner.get_results().errors
+    tuner.fit()  # fit again: no new conversion
+    assert len(conversions) == 1
+    assert object_store_used_mib(settle_s=0) >= before + 60  # put once, not per trial
+    del tuner, trainer
+    gc.collect()
+    assert object_store_used_mib(below=before + 30) < before + 30  # freed with the Tuner
