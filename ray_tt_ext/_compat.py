@@ -523,8 +523,12 @@ def train_v2_bridge_api() -> Any:
         return env_vars
 
     v2 = train_v2_api()
+    from ray.tune.trainable.function_trainable import wrap_function
+
     return types.SimpleNamespace(
         CheckpointConfig=v2.CheckpointConfig,
+        DataParallelTrainer=v2.DataParallelTrainer,
+        wrap_function=wrap_function,
         DefaultPlacementGroupHandle=DefaultPlacementGroupHandle,
         PlacementGroupCleanerCallback=PlacementGroupCleanerCallback,
         PlacementGroupSchedulingStrategy=PlacementGroupSchedulingStrategy,

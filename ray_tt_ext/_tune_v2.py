@@ -17,21 +17,30 @@ from ray_tt_ext._compat import AirEntrypoint
 from ray_tt_ext._storage import StorageContext
 from ray_tt_ext._trainer import conversion
 from ray_tt_ext._tuner import Tuner as _V1Tuner
-from ray_tt_ext._v2_trial import check_param_space, make_trainable_cls
+from ray_tt_ext._v2_trial import (
+    check_param_space,
+    make_trainable_cls,
+    releasing_function_trainable,
+)
 
 
 def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
-    """A Train V2 trainer as its Tune trainable class; ``None`` for anything else.
+    """A Train V2 trainer as its Tune trainable class, a function as Tune's with
+    :class:`_v2_trial.ReleasingTrial`; ``None`` for anything else.
 
     The ``_TunerInternal`` converter of ``ray_tt_ext.v2.Tuner`` (driver, or the
     Ray Client Tuner actor), called once per assignment of the trainable. The
     trainer's arguments go into the object store once, owned by ``owner`` (the
     Tuner); the Tuner measures the class it gets.
     """
-    if not _compat.is_train_v2_trainer(trainable):
-        return None
-    with conversion(owner, measured_by_caller=True):
-        return make_trainable_cls(trainable)
+    if _compat.is_train_v2_trainer(trainable):
+        with conversion(owner, measured_by_caller=True):
+            return make_trainable_cls(trainable)
+    if callable(trainable) and not isinstance(trainable, type):
+        # A function (Ray's pattern among them): its Train V2 runs are stopped,
+        # workers and placement group, when Tune stops the trial.
+        return releasing_function_trainable(trainable)
+    return None
 
 
 def _tune_run_config(run_config: Any, trainer: Any) -> Any:

@@ -24,11 +24,13 @@ Where each piece runs:
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
 import inspect
 import logging
 import os
 import threading
+from collections.abc import Callable
 from typing import Any, Optional
 
 import ray
@@ -201,8 +203,10 @@ class _TrialRun:
     its reports through a one-slot queue (an actor of Ray's, zero CPUs, in the
     trial's placement group), its controller in the trial's placement group."""
 
-    def __init__(self) -> None:
-        self.queue = _V2.Queue(maxsize=1, actor_options={"num_cpus": 0})
+    def __init__(self, with_queue: bool = True) -> None:
+        self.queue = (
+            _V2.Queue(maxsize=1, actor_options={"num_cpus": 0}) if with_queue else None
+        )
         self.controller: Any = None
         self.error: Optional[BaseException] = None
         self._thread: Optional[threading.Thread] = None
@@ -239,6 +243,15 @@ class _TrialRun:
         for this trainer instance; runs in the trial actor. The controller is
         Ray's, its worker group in the trial's placement group."""
         placement_group = ray.util.get_current_placement_group()
+        return self.run_controller(
+            TrialController, dict(controller_kwargs, trial_placement_group=placement_group)
+        )
+
+    def run_controller(self, controller_cls: type, controller_kwargs: dict) -> Any:
+        """Start the run's controller actor in the trial's placement group (if the
+        trial has one) and wait for its result, as Ray's
+        ``_initialize_and_run_controller`` does (trial actor)."""
+        placement_group = ray.util.get_current_placement_group()
         options: dict[str, Any] = {
             "num_cpus": 0,  # as Ray's controller; it holds nothing of the trial's
             "runtime_env": {"env_vars": _V2.controller_env_vars()},
@@ -250,9 +263,7 @@ class _TrialRun:
                 placement_group_capture_child_tasks=True,
             )
         self.controller = (
-            ray.remote(TrialController)
-            .options(**options)
-            .remote(trial_placement_group=placement_group, **controller_kwargs)
+            ray.remote(controller_cls).options(**options).remote(**controller_kwargs)
         )
         if self._aborted:
             self.abort()
@@ -286,10 +297,11 @@ class _TrialRun:
             except Exception:
                 pass
             ray.kill(controller, no_restart=True)
-        try:
-            ray.kill(self.queue.actor, no_restart=True)
-        except Exception:
-            pass
+        if self.queue is not None:
+            try:
+                ray.kill(self.queue.actor, no_restart=True)
+            except Exception:
+                pass
 
 
 class V2Trial(_compat.FunctionTrainable):
@@ -421,3 +433,88 @@ def make_trainable_cls(trainer: Any) -> type[V2Trial]:
         "__module__": __name__,
     }
     return type("V2TrainTrainable", (V2Trial,), attrs)
+
+
+# ---------------------------------------------------------------------------
+# Ray's documented pattern (a Tune function that fits a V2 trainer) under
+# ray_tt_ext.v2.Tuner: its runs are stopped with the trial
+# ---------------------------------------------------------------------------
+
+#: The runs a function trial of ``ray_tt_ext.v2.Tuner`` started (its training thread).
+_TRIAL_RUNS: contextvars.ContextVar[Optional[list]] = contextvars.ContextVar(
+    "ray_tt_ext_trial_runs", default=None
+)
+_PATCH_LOCK = threading.Lock()
+_RAYS_RUN_CONTROLLER: list[Callable[..., Any]] = []
+
+
+def _run_controller_of_a_trial(self: Any, **controller_kwargs: Any) -> Any:
+    """Patches Ray Train V2's ``DataParallelTrainer._initialize_and_run_controller``
+    in a Tune trial actor of ``ray_tt_ext.v2.Tuner`` (installed by
+    :class:`ReleasingTrial`). Inside such a trial's training thread the run is
+    recorded, so that the trial aborts it when Tune stops it (Ray's own
+    ``PlacementGroupCleaner`` needs the State API, and its placement group
+    outlives the trial without it); anywhere else, Ray's method."""
+    runs = _TRIAL_RUNS.get()
+    if runs is None:
+        return _RAYS_RUN_CONTROLLER[0](self, **controller_kwargs)
+    run = _TrialRun(with_queue=False)
+    runs.append(run)
+    return run.run_controller(_V2.TrainController, controller_kwargs)
+
+
+def _install_run_tracking() -> None:
+    with _PATCH_LOCK:
+        if not _RAYS_RUN_CONTROLLER:
+            base = _V2.DataParallelTrainer
+            _RAYS_RUN_CONTROLLER.append(base._initialize_and_run_controller)
+            base._initialize_and_run_controller = _run_controller_of_a_trial
+
+
+class ReleasingTrial:
+    """The function trainables of ``ray_tt_ext.v2.Tuner`` (Ray's pattern among
+    them): a Train V2 run the function starts is aborted, workers and placement
+    group, when Tune stops the trial. Mixed in before Tune's wrapped function
+    class (:func:`releasing_function_trainable`); runs in the trial actor."""
+
+    _runs: Optional[list] = None
+
+    def setup(self, config: dict[str, Any]) -> None:
+        """Extends ``FunctionTrainable.setup``; runs in the trial actor."""
+        _install_run_tracking()
+        self._runs = []
+        super().setup(config)
+
+    def _trainable_func(self, config: dict[str, Any]) -> Any:
+        """Extends ``FunctionTrainable._trainable_func``; runs in the trial's
+        training thread, where the user's function starts its runs."""
+        token = _TRIAL_RUNS.set(self._runs)
+        try:
+            return super()._trainable_func(config)
+        finally:
+            _TRIAL_RUNS.reset(token)
+
+    def cleanup(self) -> None:
+        """Extends ``FunctionTrainable.cleanup``; runs in the trial actor when Tune
+        stops the trial: the runs it started go first."""
+        self._abort_runs()
+        super().cleanup()
+
+    def reset_config(self, new_config: dict[str, Any]) -> bool:
+        """Extends ``FunctionTrainable.reset_config``; runs in the trial actor."""
+        self._abort_runs()
+        return super().reset_config(new_config)
+
+    def _abort_runs(self) -> None:
+        runs, self._runs = self._runs or [], []
+        for run in runs:
+            run.abort()
+
+
+def releasing_function_trainable(fn: Callable[..., Any]) -> type:
+    """Tune's trainable class for the function ``fn``, with :class:`ReleasingTrial`
+    (driver). Named as Tune names ``fn``."""
+    base = _V2.wrap_function(fn)
+    cls = type(base.__name__, (ReleasingTrial, base), {"__module__": base.__module__})
+    cls.__qualname__ = base.__qualname__
+    return cls

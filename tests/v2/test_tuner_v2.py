@@ -269,3 +269,109 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
     del tuner, trainer
     gc.collect()
     assert object_store_used_mib(below=before + 30) < before + 30  # freed with the Tuner
+
+
+def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
+    torch = pytest.importorskip("torch")
+    from v2_loops import torch_loop
+
+    trainer = v2.TorchTrainer(
+        torch_loop,
+        train_loop_config={"epochs": 1},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        run_config=ray.train.RunConfig(
+            checkpoint_config=v2.CheckpointConfig(checkpoint_dir_name="model-{index:02d}")
+        ),
+    )
+    (result,) = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"epochs": 2}},
+        run_config=ray.tune.RunConfig(name="torch", storage_path=storage_path),
+    ).fit()
+    assert result.error is None
+    assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
+    assert result.checkpoint.path == os.path.join(result.path, "model-01")
+    with result.checkpoint.as_directory() as d:
+        state = torch.load(os.path.join(d, "model.pt"))
+    assert set(state) == {"module.weight", "module.bias"}  # DDP-wrapped Linear(4, 1)
+
+
+def _puts(log_path: str, prefix: str) -> dict[str, int]:
+    """PUT requests moto's server logged for keys under ``prefix``, by key."""
+    import re
+
+    counts: dict[str, int] = {}
+    with open(log_path) as f:
+        for line in f:
+            match = re.search(r'"PUT /([^ ?]+)[^ ]* HTTP', line)
+            if match and match.group(1).startswith(prefix):
+                counts[match.group(1)] = counts.get(match.group(1), 0) + 1
+    return counts
+
+
+def test_on_s3_each_checkpoint_is_written_once_and_never_copied(s3_server):
+    import re
+
+    import pyarrow.fs
+
+    fs = s3_server.filesystem()
+    trainer = v2.DataParallelTrainer(
+        steps_loop,
+        train_loop_config={"steps": 2},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(checkpoint_config=v2.CheckpointConfig()),
+    )
+    (result,) = v2.Tuner(
+        trainer,
+        run_config=ray.tune.RunConfig(
+            name="nocopy", storage_path="bucket/v2tune", storage_filesystem=fs
+        ),
+    ).fit()
+    assert result.error is None
+    trial = result.path
+    assert result.checkpoint.path == f"{trial}/checkpoint_000001"
+    puts = {
+        key: n
+        for key, n in _puts(s3_server.log.name, f"{trial}/").items()
+        if re.search(r"/checkpoint_\d+/", key)
+    }
+    files = [
+        i.path
+        for i in fs.get_file_info(pyarrow.fs.FileSelector(trial, recursive=True))
+        if i.type == pyarrow.fs.FileType.File and re.search(r"/checkpoint_\d+/", i.path)
+    ]
+    assert sorted(files) == [f"{trial}/checkpoint_00000{i}/state.json" for i in (0, 1)]
+    # Bytes written per checkpoint = its size: each file uploaded once, by the
+    # worker; Tune recorded the folder where it was, with no copy onto itself.
+    # (Besides them: one empty folder marker per checkpoint, 0 bytes.)
+    assert {k: n for k, n in puts.items() if not k.endswith("/")} == {p: 1 for p in files}
+    assert all(n == 1 for k, n in puts.items() if k.endswith("/")), puts
+
+
+def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
+    storage_path,
+):
+    from v2_tune_loops import rays_pattern
+
+    scheduler = ray.tune.schedulers.ASHAScheduler(
+        time_attr="training_iteration", max_t=4, grace_period=1, reduction_factor=2
+    )
+    results = v2.Tuner(
+        rays_pattern,
+        param_space={
+            "lr": ray.tune.grid_search([1.0, 2.0, 3.0, 4.0]),
+            "steps": 4,
+            "storage_path": os.path.join(storage_path, "train_runs"),
+        },
+        tune_config=ray.tune.TuneConfig(
+            metric="loss", mode="min", scheduler=scheduler, max_concurrent_trials=2
+        ),
+        run_config=ray.tune.RunConfig(name="pattern", storage_path=storage_path),
+    ).fit()
+    assert len(results) == 4 and not results.errors
+    assert min(r.metrics["training_iteration"] for r in results) < 4  # some stopped
+    from ray.util import placement_group_table
+
+    left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert not left, left  # Ray's own Tuner leaves the stopped trials' groups
+    assert _settled_free_cpus() == 4

@@ -61,3 +61,23 @@ def steps_loop(config: dict) -> None:
         }
         checkpoint = _state_checkpoint({"step": step, "lr": config.get("lr")})
         ray.train.report(metrics, checkpoint=checkpoint if rank == 0 else None)
+
+
+def rays_pattern(config: dict) -> None:
+    """Ray's documented Tune + Train V2 pattern: a Tune function that builds Ray's
+    own V2 trainer, names its run after the trial, adds TuneReportCallback, fits."""
+    import ray.tune
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.tune.integration.ray_train import TuneReportCallback
+
+    trainer = DataParallelTrainer(
+        steps_loop,
+        train_loop_config={"steps": config["steps"], "lr": config["lr"], "sleep_s": 0.3},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(
+            name=ray.tune.get_context().get_trial_name(),
+            storage_path=config["storage_path"],
+            callbacks=[TuneReportCallback()],
+        ),
+    )
+    trainer.fit()
