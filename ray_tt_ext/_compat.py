@@ -499,6 +499,9 @@ def train_v2_bridge_api() -> Any:
             DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
             get_env_vars_to_propagate,
         )
+        from ray.train.v2._internal.execution.checkpoint import (
+            checkpoint_manager as checkpoint_manager_module,
+        )
         from ray.train.v2._internal.execution.controller import TrainController
         from ray.train.v2._internal.execution.worker_group import WorkerGroup
         from ray.train.v2._internal.execution.worker_group.placement_group_handle import (
@@ -527,6 +530,7 @@ def train_v2_bridge_api() -> Any:
 
     return types.SimpleNamespace(
         CheckpointConfig=v2.CheckpointConfig,
+        checkpoint_manager_module=checkpoint_manager_module,
         DataParallelTrainer=v2.DataParallelTrainer,
         wrap_function=wrap_function,
         DefaultPlacementGroupHandle=DefaultPlacementGroupHandle,
@@ -725,6 +729,7 @@ class RayOverride:
 
 
 _V2_CHECKED = "2.51 .. 2.60"
+_BRIDGE_CHECKED = "2.60 .. 2.60"
 _TRAIN_V2 = "ray.train.v2.api.data_parallel_trainer:DataParallelTrainer"
 _TUNER_INTERNAL = "ray.tune.impl.tuner_internal:TunerInternal"
 _BASE_TRAINER = "ray.train.base_trainer:BaseTrainer"
@@ -782,7 +787,24 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_TRAIN_V2}._get_train_func", "ray_tt_ext._train_v2:_V2TrainerMixin._get_train_func", "overrides", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
     RayOverride(f"{_TRAIN_V2}.fit", "ray_tt_ext._train_v2:_V2TrainerMixin.fit", "extends", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.train_fn_utils:DistributedTrainFnUtils.report", "ray_tt_ext._train_v2:_NamingTrainFnUtils.report", "extends", "Train V2 training worker", _V2_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.train_fn_utils:set_train_fn_utils", "ray_tt_ext._train_v2:_PolicyTrainFn.__call__", "patches", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:set_train_fn_utils", "ray_tt_ext._train_v2:PolicyTrainFn.__call__", "patches", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:DistributedTrainFnUtils.get_checkpoint", "ray_tt_ext._train_v2:_NamingTrainFnUtils.get_checkpoint", "extends", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    # -- Tune x Train V2: ray_tt_ext.v2.Tuner(trainer) (Ray 2.60) ------------------
+    RayOverride(f"{_TRAIN_V2}._initialize_and_run_controller", "ray_tt_ext._v2_trial:_TrialRun._run_controller", "replaces", "Tune trial actor, per trainer instance", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}._create_default_callbacks", "ray_tt_ext._v2_trial:_TrialRun.start", "patches", "Tune trial actor, per trainer instance", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}._initialize_and_run_controller", "ray_tt_ext._v2_trial:_run_controller_of_a_trial", "patches", "Tune trial actor of a v2.Tuner function trial", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.__init__", "ray_tt_ext._v2_trial:TrialController.__init__", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.worker_group_cls", "ray_tt_ext._v2_trial:TrialController.__init__", "patches", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._create_placement_group", "ray_tt_ext._v2_trial:TrialWorkerGroup._create_placement_group", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.placement_group_handle:DefaultPlacementGroupHandle.shutdown", "ray_tt_ext._v2_trial:_TunePlacementGroupHandle.shutdown", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:delete_fs_path", "ray_tt_ext._v2_trial:_tune_deletes", "patches", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.callbacks.placement_group_callback:PlacementGroupCleanerCallback", "ray_tt_ext._v2_trial:_TrialRun.start", "patches", "Tune trial actor (left out of the run's callbacks)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._v2_trial:V2Trial._trainable_func", "overrides", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:V2Trial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.reset_config", "ray_tt_ext._v2_trial:V2Trial.reset_config", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.tune.trainable:Trainable.default_resource_request", "ray_tt_ext._v2_trial:V2Trial.default_resource_request", "overrides", "driver", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._v2_trial:ReleasingTrial._trainable_func", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:ReleasingTrial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
 )  # fmt: skip
 
 
@@ -844,6 +866,7 @@ __all__ = [
     "to_train_v1",
     "train_v1_runtime_env_vars",
     "train_v2_api",
+    "train_v2_bridge_api",
     "train_v2_enabled",
     "tune_report",
     "worker_get_next",

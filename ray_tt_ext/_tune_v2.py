@@ -18,6 +18,7 @@ from ray_tt_ext._storage import StorageContext
 from ray_tt_ext._trainer import conversion
 from ray_tt_ext._tuner import Tuner as _V1Tuner
 from ray_tt_ext._v2_trial import (
+    RETENTION,
     check_param_space,
     make_trainable_cls,
     releasing_function_trainable,
@@ -34,8 +35,11 @@ def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
     Tuner); the Tuner measures the class it gets.
     """
     if _compat.is_train_v2_trainer(trainable):
+        run_config = getattr(owner, "_run_config", None)
         with conversion(owner, measured_by_caller=True):
-            return make_trainable_cls(trainable)
+            return make_trainable_cls(
+                trainable, getattr(run_config, "checkpoint_config", None)
+            )
     if callable(trainable) and not isinstance(trainable, type):
         # A function (Ray's pattern among them): its Train V2 runs are stopped,
         # workers and placement group, when Tune stops the trial.
@@ -61,7 +65,7 @@ def _tune_run_config(run_config: Any, trainer: Any) -> Any:
         )
     checkpoint_config = run_config.checkpoint_config or _compat.TuneCheckpointConfig()
     train_checkpoints = trainer_run.checkpoint_config
-    retention = ("num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order")
+    retention = RETENTION
     if train_checkpoints is not None and all(
         getattr(checkpoint_config, f) == getattr(_compat.TuneCheckpointConfig(), f)
         for f in retention

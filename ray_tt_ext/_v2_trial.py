@@ -157,12 +157,27 @@ class TrialWorkerGroup(_V2.WorkerGroup):
         return super()._create_placement_group(scaling_config, worker_group_context)
 
 
+def _tune_deletes(fs: Any, fs_path: str) -> None:
+    """Patches Ray Train V2's ``checkpoint_manager.delete_fs_path`` in the controller
+    actor of a ``ray_tt_ext.v2.Tuner`` trial (a process of that run alone).
+
+    The run's checkpoint manager applies the trial's retention (the same
+    policy, the same algorithm: both are Ray's ``_CheckpointManager``) and drops
+    a checkpoint from its list exactly when Tune's will; Tune, which registers
+    each report after Train did, deletes the folder. So no folder is deleted
+    that either still lists, and none is deleted twice.
+    """
+    logger.debug("Checkpoint %s left for Tune to delete", fs_path)
+
+
 class TrialController(_V2.TrainController):
     """Ray Train V2's ``TrainController`` for one Tune trial (the controller actor)."""
 
     def __init__(self, *, trial_placement_group: Any, **kwargs: Any):
         """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
-        actor. Its worker group starts in ``trial_placement_group``."""
+        actor. Its worker group starts in ``trial_placement_group``; Tune deletes
+        the checkpoints retention drops (:func:`_tune_deletes`)."""
+        _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
         self.worker_group_cls = type(
             "TrialWorkerGroup",
             (TrialWorkerGroup,),
@@ -316,6 +331,8 @@ class V2Trial(_compat.FunctionTrainable):
     _trainer_cls: type
     _params: ObjectStoreParams
     _base_scaling_config: Any = None
+    #: Tune's retention (num_to_keep, checkpoint_score_attribute/order).
+    _retention: dict = {}  # set per subclass, never mutated
     _run: Optional[_TrialRun] = None
 
     @classmethod
@@ -335,7 +352,9 @@ class V2Trial(_compat.FunctionTrainable):
         storage = session.storage
         kwargs = merged_kwargs(dict(self._params.get()), config, self._trainer_cls)
         run = self._run = _TrialRun()
-        kwargs["run_config"] = _run_config_for_trial(kwargs.get("run_config"), storage, run)
+        kwargs["run_config"] = _run_config_for_trial(
+            kwargs.get("run_config"), storage, run, self._retention
+        )
         trainer = self._trainer_cls(**kwargs)
         trainer._measured_by_tuner = True  # the Tuner measured what Tune registered
         _resume_from(trainer, _compat.get_checkpoint(), storage)
@@ -370,14 +389,16 @@ class V2Trial(_compat.FunctionTrainable):
             run.abort()
 
 
-def _run_config_for_trial(run_config: Any, storage: Any, run: _TrialRun) -> Any:
+def _run_config_for_trial(
+    run_config: Any, storage: Any, run: _TrialRun, retention: dict[str, Any]
+) -> Any:
     """The trainer's ``RunConfig`` for this trial's run (trial actor).
 
     The run is named after the trial and lives in the trial folder, so its
     checkpoints are the trial's and a retry or a restore continues the run.
-    Train keeps every checkpoint it reports: Tune's ``CheckpointConfig`` (the
-    trainer's ``num_to_keep`` and score by default) decides which to delete, so
-    the two never disagree about a folder.
+    Its retention is Tune's (``retention``: ``num_to_keep`` and the score, the
+    trainer's unless Tune's ``CheckpointConfig`` sets its own): Train keeps the
+    same list as Tune, and Tune deletes what both drop (see :func:`_tune_deletes`).
     """
     run_config = run_config or _V2.RunConfig()
     checkpoint_config = run_config.checkpoint_config or _V2.CheckpointConfig()
@@ -386,7 +407,7 @@ def _run_config_for_trial(run_config: Any, storage: Any, run: _TrialRun) -> Any:
         name=storage.trial_dir_name,
         storage_path=storage.experiment_fs_path,
         storage_filesystem=storage.storage_filesystem,
-        checkpoint_config=dataclasses.replace(checkpoint_config, num_to_keep=None),
+        checkpoint_config=dataclasses.replace(checkpoint_config, **retention),
         callbacks=[*(run_config.callbacks or []), TuneReportBridge(run.queue)],
     )
 
@@ -418,14 +439,22 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
     trainer._get_train_func = get_train_func
 
 
-def make_trainable_cls(trainer: Any) -> type[V2Trial]:
+#: The retention fields Tune's and Train V2's ``CheckpointConfig`` share.
+RETENTION = ("num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order")
+
+
+def make_trainable_cls(trainer: Any, tune_checkpoint_config: Any = None) -> type[V2Trial]:
     """The per-trainer Tune trainable class: small attributes only (driver).
 
     The trainer's constructor arguments go into the object store here, once
-    per conversion, owned by the ``_params.conversion`` in progress (the Tuner).
+    per conversion, owned by the ``_params.owned_by`` owner in force (the
+    Tuner). ``tune_checkpoint_config``: Tune's, whose retention the runs follow.
     """
     trainer_cls = type(trainer)
+    source = tune_checkpoint_config or trainer.run_config.checkpoint_config
+    retention = {f: getattr(source, f) for f in RETENTION} if source is not None else {}
     attrs = {
+        "_retention": retention,
         "_name": trainer_cls.__name__,
         "_trainer_cls": trainer_cls,
         "_params": ObjectStoreParams.for_trainer(trainer_kwargs(trainer)),

@@ -568,15 +568,69 @@ def bench_s3(quick: bool, storage: str) -> dict[str, Any]:
     return out
 
 
+# -- v2_trials: the per-trial cost of short trials, Tune x Train V2 --------------------
+
+_V2_FLAVOURS = ("v2_tuner", "rays_pattern", "v1_tuner")
+
+
+def bench_v2_trials(quick: bool, storage: str) -> dict[str, Any]:
+    """N short trials with each flavour, each in a process of its own (V1 and V2
+    cannot share one); the goal: v2_tuner / rays_pattern <= 1.0."""
+    import subprocess
+
+    n = 4 if quick else 8
+    script = Path(__file__).resolve().parent / "bench_v2_trials.py"
+    out: dict[str, Any] = {"trials": n}
+    for flavour in _V2_FLAVOURS:
+        env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+        if flavour == "v1_tuner":
+            env["RAY_TRAIN_V2_ENABLED"] = "0"
+        proc = subprocess.run(
+            [sys.executable, str(script), flavour, str(n)],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=1800,
+        )
+        if proc.returncode != 0:
+            raise RuntimeError(f"{flavour} failed:\n{proc.stderr[-3000:]}")
+        out[flavour] = json.loads(proc.stdout.strip().splitlines()[-1])
+        _progress(f"v2_trials {flavour}: {out[flavour]['seconds']:.1f} s")
+    out["ratio_to_rays_pattern"] = (
+        out["v2_tuner"]["seconds"] / out["rays_pattern"]["seconds"]
+    )
+    out["goal_met"] = out["ratio_to_rays_pattern"] <= 1.0
+    rows = [
+        [
+            f,
+            f"{out[f]['seconds']:.1f}",
+            f"{out[f]['seconds_per_trial']:.2f}",
+            out[f]["placement_groups_left"],
+            f"{out[f]['free_cpus']:.0f}",
+        ]
+        for f in _V2_FLAVOURS
+    ]
+    print(
+        _table(
+            f"{n} short trials (1 worker, 1 report), 4 CPUs; v2_tuner / rays_pattern = "
+            f"{out['ratio_to_rays_pattern']:.3f}",
+            ["flavour", "fit s", "s/trial", "PGs left", "free CPUs"],
+            rows,
+        )
+    )
+    return out
+
+
 SECTIONS = {
     "tuner": bench_tuner,
     "inspect": bench_inspect,
     "executor": bench_executor,
     "lifetime": bench_lifetime,
     "s3": bench_s3,
+    "v2_trials": bench_v2_trials,
 }
 # Sections that start (and stop) Ray themselves, in the setups they measure.
-_OWN_RAY = {"executor", "lifetime", "s3"}
+_OWN_RAY = {"executor", "lifetime", "s3", "v2_trials"}
 
 
 # -- docs/benchmarks.md ---------------------------------------------------------------
@@ -698,6 +752,27 @@ def _render(sections: dict[str, Any]) -> str:
             for key in data["ray_tt_ext"]:
                 lines.append(
                     f"| {key} | {data['ray_tt_ext'][key]} | {data['upstream'][key]} |"
+                )
+        elif name == "v2_trials":
+            lines += [
+                f"{data['trials']} short trials (a 1-worker trainer, 1 CPU, that reports "
+                "once) on a local Ray with 4 CPUs, each flavour in a process of its own: "
+                "`ray_tt_ext.v2.Tuner(trainer)`; Ray's documented Tune + Train V2 pattern "
+                "under `ray.tune.Tuner` (a Tune function fitting a V2 trainer with "
+                "`TuneReportCallback`; its trial takes a CPU and its run's worker another, "
+                "`max_concurrent_trials=2`); the V1 `ray_tt_ext.Tuner(trainer)` on the same "
+                "Ray (`trainer_resources={'CPU': 0}`). Goal: v2_tuner / rays_pattern <= "
+                f"1.0: **{data['ratio_to_rays_pattern']:.3f}, "
+                f"{'met' if data['goal_met'] else 'not met'}**.",
+                "",
+                "| flavour | fit() | per trial | placement groups left | free CPUs after |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for flavour in _V2_FLAVOURS:
+                r = data[flavour]
+                lines.append(
+                    f"| {flavour} | {r['seconds']:.1f} s | {r['seconds_per_trial']:.2f} s "
+                    f"| {r['placement_groups_left']} | {r['free_cpus']:.0f} |"
                 )
         else:  # a section added later renders as JSON until it has a table
             lines += ["```json", json.dumps(data, indent=2, default=float), "```"]

@@ -65,8 +65,15 @@ def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
         assert read_step(result.checkpoint) == 3
         kept = sorted(os.path.basename(c.path) for c, _ in result.best_checkpoints)
         assert kept == ["step_002", "step_003"]
-        # Retention agrees: the folders on disk are the ones Tune lists.
+        # Retention agrees: the folders on disk are the ones Tune lists, and the
+        # ones the Train run lists (its own record in the trial folder).
         assert [n for n in folders(result.path) if n.startswith("step_")] == kept
+        with open(os.path.join(result.path, "checkpoint_manager_snapshot.json")) as f:
+            train_record = json.load(f)
+        assert (
+            sorted(r["checkpoint_dir_name"] for r in train_record["checkpoint_results"])
+            == kept
+        )
         # Rank 0's metrics plus Tune's own fields.
         assert result.metrics["rank"] == 0 and result.metrics["world_size"] == 2
         assert result.metrics["training_iteration"] == 4
