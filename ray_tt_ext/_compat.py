@@ -314,7 +314,7 @@ def ensure_train_v1(*objects: Any) -> None:
             f"Ray Train V2 is enabled ({V2_ENV_VAR}="
             f"{os.environ.get(V2_ENV_VAR, '<unset>')!s}), but this is a Ray Train V1 "
             f"trainer (Tuner(trainer) is Train V1's API). Fix: {_FIX} For Ray's "
-            "default Train V2 stack, tune a function that builds and fits a V2 trainer."
+            "default Train V2 stack, use ray_tt_ext.v2.Tuner with ray_tt_ext.v2's trainers."
         )
     v2_types = _train_v2_config_types()
     for obj in objects:
@@ -558,6 +558,14 @@ def train_v1_runtime_env_vars() -> dict[str, str]:
 
 
 # -- Train V1 worker session (runs on the training workers) ---------------------------
+
+
+def tune_report_queue(session: Any) -> Any:
+    """The queue Ray's ``TuneReportCallback`` reports through, if this trial made one.
+
+    ``_TrainSession._inter_actor_queue`` (Ray 2.51 .. 2.60), in the Tune trial actor.
+    """
+    return getattr(session, "_inter_actor_queue", None)
 
 
 def join_training_thread(session: Any, timeout_s: float) -> None:
@@ -805,6 +813,8 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.tune.trainable:Trainable.default_resource_request", "ray_tt_ext._v2_trial:V2Trial.default_resource_request", "overrides", "driver", _BRIDGE_CHECKED, "2.51"),
     RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._v2_trial:ReleasingTrial._trainable_func", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:ReleasingTrial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.setup", "ray_tt_ext._v2_trial:ReleasingTrial.setup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.reset_config", "ray_tt_ext._v2_trial:ReleasingTrial.reset_config", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
 )  # fmt: skip
 
 
@@ -867,6 +877,7 @@ __all__ = [
     "train_v1_runtime_env_vars",
     "train_v2_api",
     "train_v2_bridge_api",
+    "tune_report_queue",
     "train_v2_enabled",
     "tune_report",
     "worker_get_next",

@@ -254,6 +254,15 @@ def validate_policy(index: Any, name: Any) -> None:
 # ---------------------------------------------------------------------------
 
 
+def list_folders(fs: pyarrow.fs.FileSystem, path: str) -> set[str]:
+    """The folders directly in ``path`` now (one request; ``set()`` if it is missing).
+
+    Uncached: :class:`FolderListing` keeps this process's view instead.
+    """
+    infos = fs.get_file_info(pyarrow.fs.FileSelector(path, allow_not_found=True))
+    return {i.base_name for i in infos if i.type == pyarrow.fs.FileType.Directory}
+
+
 def continue_index(
     index_policy: IndexPolicy, name_policy: NamePolicy, names: Iterable[str], current: int
 ) -> int:
@@ -313,9 +322,7 @@ class FolderListing:
         with self._lock:
             if self._names is None:
                 try:
-                    infos = self.fs.get_file_info(
-                        pyarrow.fs.FileSelector(self.path, allow_not_found=True)
-                    )
+                    names = list_folders(self.fs, self.path)
                 except Exception as e:
                     raise OSError(
                         f"Could not list the {self.kind} {self.path} to check for "
@@ -324,9 +331,7 @@ class FolderListing:
                         "written. Fix: check that the storage is reachable and readable "
                         "from every node."
                     ) from e
-                self._names = {
-                    i.base_name for i in infos if i.type == pyarrow.fs.FileType.Directory
-                }
+                self._names = names
             return set(self._names)
 
     def note(self, name: str) -> None:

@@ -10,6 +10,7 @@ Train V2 trainer, with V1's meaning of ``param_space``. The trial side is
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional
 
 from ray_tt_ext import _compat
@@ -17,12 +18,23 @@ from ray_tt_ext._compat import AirEntrypoint
 from ray_tt_ext._storage import StorageContext
 from ray_tt_ext._trainer import conversion
 from ray_tt_ext._tuner import Tuner as _V1Tuner
-from ray_tt_ext._v2_trial import (
-    RETENTION,
-    check_param_space,
-    make_trainable_cls,
-    releasing_function_trainable,
-)
+
+logger = logging.getLogger("ray_tt_ext")
+
+#: The retention fields Tune's and Train V2's ``CheckpointConfig`` share.
+RETENTION = ("num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order")
+
+
+def _bridge() -> Any:
+    """``_v2_trial``, imported when first needed: it builds on Ray Train V2
+    internals checked on Ray 2.60 (``UnsupportedRayVersionError`` without them),
+    which function and class trainables under ``v2.Tuner`` do not need."""
+    from ray_tt_ext import _v2_trial
+
+    return _v2_trial
+
+
+_WARNED_NO_RELEASE: list[bool] = []
 
 
 def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
@@ -37,13 +49,22 @@ def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
     if _compat.is_train_v2_trainer(trainable):
         run_config = getattr(owner, "_run_config", None)
         with conversion(owner, measured_by_caller=True):
-            return make_trainable_cls(
+            return _bridge().make_trainable_cls(
                 trainable, getattr(run_config, "checkpoint_config", None)
             )
     if callable(trainable) and not isinstance(trainable, type):
         # A function (Ray's pattern among them): its Train V2 runs are stopped,
         # workers and placement group, when Tune stops the trial.
-        return releasing_function_trainable(trainable)
+        try:
+            return _bridge().releasing_function_trainable(trainable)
+        except _compat.UnsupportedRayVersionError as e:
+            if not _WARNED_NO_RELEASE:
+                _WARNED_NO_RELEASE.append(True)
+                logger.warning(
+                    "ray_tt_ext.v2.Tuner runs function trainables as Tune does, without "
+                    "stopping their Train V2 runs with the trial: %s",
+                    e,
+                )
     return None
 
 
@@ -122,7 +143,9 @@ class Tuner(_V1Tuner):
         trainer's storage and retention."""
         if _tuner_internal is None and _compat.is_train_v2_trainer(trainable):
             _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
-            check_param_space(type(trainable), param_space)
+            bridge = _bridge()
+            bridge.check_param_space(type(trainable), param_space)
+            bridge.resource_request(trainable.scaling_config)  # reservable by a trial
             run_config = _tune_run_config(_compat.to_train_v1(run_config), trainable)
         super().__init__(
             trainable,

@@ -36,7 +36,7 @@ from typing import Any, Optional
 import ray
 
 from ray_tt_ext import _compat
-from ray_tt_ext._naming import FolderListing
+from ray_tt_ext._naming import list_folders
 from ray_tt_ext._params import ObjectStoreParams
 from ray_tt_ext._train_v2 import PolicyTrainFn
 
@@ -44,8 +44,11 @@ logger = logging.getLogger("ray_tt_ext")
 
 _V2 = _compat.train_v2_bridge_api()
 
-#: Trainer constructor parameter -> the attribute Ray's V2 trainers keep it in.
-_ATTRIBUTE_OF = {"torch_config": "backend_config", "dataset_config": "data_config"}
+#: Trainer constructor parameter -> the attribute Ray's V2 trainers keep it in
+#: (a framework's ``<name>_config``, e.g. ``torch_config``, ``xgboost_config``,
+#: is its ``backend_config``).
+_ATTRIBUTE_OF = {"dataset_config": "data_config"}
+_OWN_CONFIGS = {"train_loop_config", "scaling_config", "run_config", "validation_config"}
 #: Parameters that V2 trainers refuse (deprecated): never passed on.
 _DEPRECATED = {"resume_from_checkpoint", "metadata"}
 
@@ -68,8 +71,18 @@ def trainer_kwargs(trainer: Any) -> dict[str, Any]:
     kwargs = {}
     for name in trainer_parameters(type(trainer)):
         attribute = _ATTRIBUTE_OF.get(name, name)
+        if not hasattr(trainer, attribute) and name.endswith("_config"):
+            if name not in _OWN_CONFIGS:
+                attribute = "backend_config"  # torch_config, xgboost_config, ...
         if hasattr(trainer, attribute):
             kwargs[name] = getattr(trainer, attribute)
+    if getattr(trainer, "validation_config", None) is not None:
+        raise ValueError(
+            f"{type(trainer).__name__}(validation_config=...) is not supported by "
+            "ray_tt_ext.v2.Tuner: Ray Train keeps checkpoints whose validation is "
+            "pending, which Tune's retention would delete. Fix: validate inside the "
+            "training loop and report the metric, or fit the trainer outside a Tuner."
+        )
     return kwargs
 
 
@@ -87,11 +100,26 @@ def check_param_space(trainer_cls: type, param_space: Optional[dict[str, Any]]) 
             )
     for key in ("train_loop_config", "scaling_config"):
         value = (param_space or {}).get(key)
-        if value is not None and not isinstance(value, dict):
+        if value is not None and (not isinstance(value, dict) or "grid_search" in value):
             raise ValueError(
                 f"param_space[{key!r}] must be a dict of the fields to tune (merged "
-                f"key by key into the trainer's {key}), got {type(value).__name__}."
+                f"key by key into the trainer's {key}), got {_described(value)}. Fix: "
+                f"tune each field, e.g. {{{key!r}: {{'num_workers': "
+                "tune.grid_search([1, 2])}}."
             )
+    fields = {f.name for f in dataclasses.fields(_V2.ScalingConfig)}
+    for field in (param_space or {}).get("scaling_config") or {}:
+        if field not in fields:
+            raise ValueError(
+                f"param_space['scaling_config'] key {field!r} is not a field of "
+                f"ray.train.ScalingConfig. Its fields: {sorted(fields)}."
+            )
+
+
+def _described(value: Any) -> str:
+    if isinstance(value, dict) and "grid_search" in value:
+        return "a grid_search over whole configs"
+    return type(value).__name__
 
 
 def merged_kwargs(base: dict[str, Any], config: dict[str, Any], trainer_cls: type) -> dict:
@@ -114,11 +142,22 @@ def merged_kwargs(base: dict[str, Any], config: dict[str, Any], trainer_cls: typ
 def resource_request(scaling_config: Any) -> Any:
     """What a trial reserves: one bundle per worker, the trial actor and the run's
     controller take none (nothing waits holding a CPU). Driver."""
-    if not isinstance(scaling_config.num_workers, int):
+    num_workers = scaling_config.num_workers
+    if not isinstance(num_workers, int) or num_workers < 1:
         raise ValueError(
-            f"ScalingConfig(num_workers={scaling_config.num_workers!r}): an elastic "
-            "worker group cannot be reserved by a Tune trial. Fix: a fixed num_workers "
-            "(tune it with param_space={'scaling_config': {'num_workers': ...}})."
+            f"ScalingConfig(num_workers={num_workers!r}) cannot be reserved by a Tune "
+            "trial of ray_tt_ext.v2.Tuner (an elastic range, or Ray Train's local mode). "
+            "Fix: a fixed num_workers >= 1 (tune it with "
+            "param_space={'scaling_config': {'num_workers': ...}})."
+        )
+    if getattr(scaling_config, "use_tpu", False) or getattr(
+        scaling_config, "label_selector", None
+    ):
+        raise ValueError(
+            "ScalingConfig(use_tpu=..., label_selector=...) is not supported by "
+            "ray_tt_ext.v2.Tuner(trainer): a trial reserves its workers' bundles itself, "
+            "without TPU slices or label selectors. Fix: drop them, or tune a function "
+            "that fits the trainer (Ray's pattern) under ray_tt_ext.v2.Tuner."
         )
     bundle = dict(scaling_config._resources_per_worker_not_none)
     return _compat.PlacementGroupFactory(
@@ -202,6 +241,9 @@ class TuneReportBridge(_V2.UserCallback):
 
 
 _END = "ray_tt_ext.v2: the run ended"
+#: How long a stopped trial waits for Ray's abort of its run before killing the
+#: controller (its workers die with it; a placement group of the run's own stays).
+_ABORT_PATIENCE_S = 10.0
 
 
 def _user_error(error: BaseException) -> BaseException:
@@ -277,13 +319,13 @@ class _TrialRun:
                 placement_group=placement_group,
                 placement_group_capture_child_tasks=True,
             )
-        self.controller = (
+        controller = self.controller = (
             ray.remote(controller_cls).options(**options).remote(**controller_kwargs)
         )
-        if self._aborted:
+        if self._aborted:  # Tune stopped the trial while the run was starting
             self.abort()
-        ray.get(self.controller.run.remote())
-        return ray.get(self.controller.get_result.remote())
+        ray.get(controller.run.remote())
+        return ray.get(controller.get_result.remote())
 
     def reports(self):
         """Rank 0's reports, as they come, until the run ends (trial's training thread)."""
@@ -301,22 +343,30 @@ class _TrialRun:
             error = _user_error(self.error)
             raise error from (self.error if error is not self.error else None)
 
-    def abort(self) -> None:
-        """Stop the run now: its workers, its controller, its queue (trial actor,
-        when Tune stops or resets the trial). Tune removes the placement group."""
+    def abort(self, report_queue: Any = None) -> None:
+        """Stop the run now: its queue, its workers, its controller (trial actor,
+        when Tune stops or resets the trial). Tune removes the trial's placement
+        group; a run's own (Ray's pattern) goes with Ray's abort.
+
+        The queue goes first: a report waiting for Tune (which no longer takes
+        any) holds the controller's event loop in ``put``, and Ray's abort could
+        not run behind it. ``report_queue``: the queue of Ray's
+        ``TuneReportCallback`` (Ray's pattern), instead of this run's own.
+        """
         self._aborted = True
+        for queue in (self.queue, report_queue):
+            if queue is not None:
+                try:
+                    ray.kill(queue.actor, no_restart=True)
+                except Exception:
+                    pass
         controller, self.controller = self.controller, None
         if controller is not None:
             try:  # Ray's abort: the worker group, then the controller itself exits
-                ray.get(controller.abort.remote(), timeout=30)
+                ray.get(controller.abort.remote(), timeout=_ABORT_PATIENCE_S)
             except Exception:
                 pass
             ray.kill(controller, no_restart=True)
-        if self.queue is not None:
-            try:
-                ray.kill(self.queue.actor, no_restart=True)
-            except Exception:
-                pass
 
 
 class V2Trial(_compat.FunctionTrainable):
@@ -359,7 +409,15 @@ class V2Trial(_compat.FunctionTrainable):
         trainer._measured_by_tuner = True  # the Tuner measured what Tune registered
         _resume_from(trainer, _compat.get_checkpoint(), storage)
         run.start(trainer)
+        score = self._retention.get("checkpoint_score_attribute")
         for metrics, checkpoint in run.reports():
+            if checkpoint is not None and score is not None and score not in metrics:
+                raise ValueError(
+                    f"A checkpoint was reported without checkpoint_score_attribute "
+                    f"{score!r} in rank 0's metrics ({sorted(metrics)}); Tune and Ray "
+                    "Train would rank it differently and delete different folders. "
+                    "Nothing was deleted. Fix: report it with every checkpoint."
+                )
             if checkpoint is not None:
                 # The Train checkpoint is the trial's: recorded where it is.
                 metrics[_compat.CHECKPOINT_DIR_NAME] = os.path.basename(
@@ -424,10 +482,11 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
     initial, known = None, ()
     if tune_checkpoint is not None:
         initial = tune_checkpoint
-        listing = FolderListing.of(
-            storage.storage_filesystem, storage.trial_fs_path, "trial folder"
+        # Listed now, not from this process's cache: an actor Tune reuses (PBT)
+        # has seen the trial folder before, without the run's later checkpoints.
+        known = tuple(
+            sorted(list_folders(storage.storage_filesystem, storage.trial_fs_path))
         )
-        known = tuple(sorted(listing.names()))
     original = trainer._get_train_func
 
     def get_train_func() -> Any:
@@ -453,6 +512,14 @@ def make_trainable_cls(trainer: Any, tune_checkpoint_config: Any = None) -> type
     trainer_cls = type(trainer)
     source = tune_checkpoint_config or trainer.run_config.checkpoint_config
     retention = {f: getattr(source, f) for f in RETENTION} if source is not None else {}
+    score = retention.get("checkpoint_score_attribute")
+    if isinstance(score, str) and "/" in score:
+        raise ValueError(
+            f"checkpoint_score_attribute={score!r}: under ray_tt_ext.v2.Tuner the score "
+            "must be a top-level metric of rank 0's reports (Tune and Ray Train read a "
+            "nested one differently, and their retention would disagree). Fix: report "
+            "it at the top level."
+        )
     attrs = {
         "_retention": retention,
         "_name": trainer_cls.__name__,
@@ -536,8 +603,10 @@ class ReleasingTrial:
 
     def _abort_runs(self) -> None:
         runs, self._runs = self._runs or [], []
+        # Ray's TuneReportCallback reports through the Tune session's queue.
+        report_queue = _compat.tune_report_queue(_compat.get_session())
         for run in runs:
-            run.abort()
+            run.abort(report_queue=report_queue)
 
 
 def releasing_function_trainable(fn: Callable[..., Any]) -> type:

@@ -10,7 +10,9 @@ here needs Train V1. It offers:
   and whose ``fit()`` measures what it sends to the controller first;
 * :class:`CheckpointConfig`: V2's, plus ``checkpoint_index`` and
   ``checkpoint_dir_name`` with the V1 meaning;
-* :class:`Tuner`: the drop-in Tuner, for function and class trainables and
+* :class:`Tuner`: the drop-in Tuner, for V2 trainers given directly
+  (``Tuner(trainer, param_space=...)`` with V1's meaning: each trial one Train
+  run whose checkpoints are the trial's), function and class trainables and
   Ray's Tune + Train V2 pattern;
 * the payload inspector and the errors. A V2 program needs no top-level
   ``ray_tt_ext`` name but the neutral ``ray_tt_ext.CheckpointConfig`` (Tune's,

@@ -251,13 +251,13 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
 
     import numpy as np
 
-    from ray_tt_ext import _tune_v2
+    from ray_tt_ext import _v2_trial
     from rtt_testing import object_store_used_mib, settled_object_store_used_mib
 
     conversions = []
-    real = _tune_v2.make_trainable_cls
+    real = _v2_trial.make_trainable_cls
     monkeypatch.setattr(
-        _tune_v2, "make_trainable_cls", lambda t: conversions.append(t) or real(t)
+        _v2_trial, "make_trainable_cls", lambda *a: conversions.append(a[0]) or real(*a)
     )
     before = settled_object_store_used_mib()
     weights = np.ones(8_000_000)  # 64 MB in train_loop_config
@@ -382,3 +382,48 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
     left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
     assert not left, left  # Ray's own Tuner leaves the stopped trials' groups
     assert _settled_free_cpus() == 4
+
+
+def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
+    trainer = trainer_for(storage_path, {"steps": 1})
+    with pytest.raises(ValueError, match="'workers' is not a field of ray.train.Scal"):
+        v2.Tuner(trainer, param_space={"scaling_config": {"workers": 2}})
+    whole = ray.tune.grid_search([{"num_workers": 1}, {"num_workers": 2}])
+    with pytest.raises(ValueError, match="a grid_search over whole configs"):
+        v2.Tuner(trainer, param_space={"scaling_config": whole})
+    local = v2.DataParallelTrainer(
+        steps_loop, scaling_config=ray.train.ScalingConfig(num_workers=0)
+    )
+    with pytest.raises(ValueError, match=r"num_workers=0\) cannot be reserved"):
+        v2.Tuner(local)
+    ranked = trainer_for(
+        storage_path,
+        {"steps": 1},
+        checkpoint_config=v2.CheckpointConfig(checkpoint_score_attribute="eval/loss"),
+    )
+    with pytest.raises(ValueError, match="must be a top-level metric"):
+        v2.Tuner(ranked)
+    assert not os.listdir(storage_path)  # nothing was written
+
+
+def test_a_checkpoint_without_the_score_attribute_is_an_error_and_nothing_is_deleted(
+    storage_path,
+):
+    trainer = trainer_for(
+        storage_path,
+        {"steps": 3},
+        workers=1,
+        checkpoint_config=v2.CheckpointConfig(
+            num_to_keep=1, checkpoint_score_attribute="accuracy"
+        ),
+    )
+    (result,) = v2.Tuner(
+        trainer, run_config=ray.tune.RunConfig(name="unscored", storage_path=storage_path)
+    ).fit()
+    assert isinstance(result.error, ValueError)
+    assert "without checkpoint_score_attribute 'accuracy'" in str(result.error)
+    # Tune never took a checkpoint, and nobody deleted one: every folder the run
+    # wrote (the first, and any written before the trial stopped) is there.
+    names = [n for n in folders(result.path) if n.startswith("checkpoint_")]
+    assert names and names == [f"checkpoint_{i:06d}" for i in range(len(names))]
+    assert result.checkpoint is None
