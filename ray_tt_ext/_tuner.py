@@ -337,12 +337,11 @@ class Tuner(ray.tune.Tuner):
         """Refuse what this Tuner cannot run, with the fix (driver or client)."""
         if _compat.is_train_v2_trainer(trainable):
             raise TypeError(
-                f"`{type(trainable).__name__}` is a Ray Train V2 trainer, which is not a "
-                "Tune trainable (Ray 2.51+ deprecates Tuner(trainer)). Fix: tune a "
-                "function that builds the trainer and calls fit(), with "
-                "ray.tune.integration.ray_train.TuneReportCallback in its RunConfig "
-                "callbacks, under ray_tt_ext.v2.Tuner; or use ray_tt_ext's V1 "
-                "trainers with ray_tt_ext.Tuner."
+                f"`{type(trainable).__name__}` is a Ray Train V2 trainer, which "
+                "ray_tt_ext.Tuner (the Train V1 integration) cannot run. Fix: "
+                "ray_tt_ext.v2.Tuner(trainer, param_space=...) runs Train V2 trainers, "
+                "each trial one Train run, in a process that takes no Train V1 name "
+                "of ray_tt_ext; or use ray_tt_ext's V1 trainers with ray_tt_ext.Tuner."
             )
 
     @classmethod
