@@ -198,7 +198,7 @@ def test_large_config_goes_to_object_store_once_per_tuner(
 def test_object_store_returns_to_where_it_was_after_each_tuner(spy_key, storage_path):
     import gc
 
-    from helpers import settled_object_store_used_mib
+    from rtt_testing import settled_object_store_used_mib
 
     gc.collect()
     for i in range(3):
@@ -229,7 +229,7 @@ def test_object_store_returns_to_where_it_was_after_each_tuner(spy_key, storage_
 def test_trainer_fit_frees_its_arguments_with_the_trainer(ray_start_4_cpus, storage_path):
     import gc
 
-    from helpers import object_store_used_mib
+    from rtt_testing import object_store_used_mib
 
     gc.collect()
     start = object_store_used_mib()
