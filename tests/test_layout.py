@@ -65,6 +65,17 @@ def imports(module: str) -> set[str]:
     return found - {module}
 
 
+def reaches(start: str) -> set[str]:
+    """Every package module ``start`` imports, directly or through others."""
+    seen, todo = set(), [start]
+    while todo:
+        for t in imports(todo.pop()):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return seen
+
+
 def test_every_module_has_a_layer():
     assert {p.stem for p in PACKAGE.glob("*.py")} == set(LAYERS)
 
@@ -77,28 +88,13 @@ def test_layers_point_down_and_nothing_imports_in_a_circle():
         if LAYERS[t] > LAYERS[m]
     ]
     assert not upward, upward
-
-    def reaches(start: str) -> set[str]:
-        seen, todo = set(), [start]
-        while todo:
-            for t in imports(todo.pop()):
-                if t not in seen:
-                    seen.add(t)
-                    todo.append(t)
-        return seen
-
     circles = [m for m in LAYERS if m in reaches(m)]
     assert not circles, circles
 
 
 def test_the_v2_trainers_and_the_shared_pieces_reach_no_train_v1_module():
     for module in ("_train_v2", "_naming", "_payload", "_compat", "_env"):
-        reached, todo = set(), [module]
-        while todo:
-            for t in imports(todo.pop()):
-                if t not in reached:
-                    reached.add(t)
-                    todo.append(t)
+        reached = reaches(module)
         assert not reached & V1_MODULES, (module, reached & V1_MODULES)
 
 
