@@ -30,6 +30,7 @@ from typing import Any, Optional
 import ray
 import ray.cloudpickle as ray_cloudpickle
 from packaging.version import Version
+from ray.exceptions import ActorDiedError  # noqa: F401
 
 # Train V1 activation lives in ``_env`` (it must run before this module imports
 # ``ray.train``, so it cannot live here); re-exported for the other modules.
@@ -82,9 +83,17 @@ from ray.air.config import CheckpointConfig as AirCheckpointConfig
 from ray.air.config import RunConfig as AirRunConfig
 from ray.air.config import ScalingConfig as AirScalingConfig
 from ray.air.util.node import _force_on_current_node
-from ray.train._internal.backend_executor import BackendExecutor, TrainBackendError
+from ray.train._internal import backend_executor as _backend_executor_module
+from ray.train._internal.backend_executor import (  # noqa: F401
+    BackendExecutor,
+    InactiveWorkerGroup,
+    InactiveWorkerGroupError,
+    TrainBackendError,
+    TrainingWorkerError,
+)
 from ray.train._internal.storage import StorageContext
 from ray.train._internal.worker_group import RayTrainWorker as _RayTrainWorker
+from ray.train._internal.worker_group import WorkerGroup as _WorkerGroup
 from ray.train.base_trainer import BaseTrainer
 from ray.train.constants import CHECKPOINT_DIR_NAME  # noqa: F401
 from ray.train.data_parallel_trainer import DataParallelTrainer
@@ -94,6 +103,7 @@ from ray.tune.experiment import Experiment
 from ray.tune.impl.tuner_internal import TunerInternal
 from ray.tune.result import RESULT_DUPLICATE  # noqa: F401
 from ray.tune.trainable.function_trainable import FunctionTrainable  # noqa: F401
+from ray.util.placement_group import PlacementGroup
 
 try:  # Ray >= 2.50
     from ray.train._internal.session import get_session
@@ -698,7 +708,7 @@ class RayTrainWorker(_RayTrainWorker):
 def get_next_methods(worker_group: Any) -> list[Any]:
     """Each worker's :meth:`RayTrainWorker.get_next`, as an actor method to call.
 
-    Runs in the executor actor, right after it started ``worker_group``
+    Runs in the executor host, right after it started ``worker_group``
     (``WorkerGroup.workers``, Ray 2.40 .. 2.60) with :class:`RayTrainWorker`.
     The tasks are named as those of Ray's ``BackendExecutor.get_next_results``
     (``_RayTrainWorker__execute.get_next``), so ``ray list tasks`` and a
@@ -708,6 +718,167 @@ def get_next_methods(worker_group: Any) -> list[Any]:
         w.actor.get_next.options(name="_RayTrainWorker__execute.get_next")
         for w in worker_group.workers
     ]
+
+
+# -- The executor host's process (ray_tt_ext._executor) ---------------------------------
+
+#: The environment variables Ray's ``BackendExecutor`` (Ray 2.40 .. 2.60) reads
+#: in its own process (``start``, ``_create_placement_group``, ``__init__``).
+#: Ray's executor reads them in the coordinator; the remote executor's host
+#: must see the same values.
+EXECUTOR_ENV_VARS: tuple[str, ...] = tuple(
+    getattr(_backend_executor_module, name)
+    for name in (
+        "ENABLE_SHARE_CUDA_VISIBLE_DEVICES_ENV",
+        "ENABLE_SHARE_HIP_VISIBLE_DEVICES_ENV",
+        "ENABLE_SHARE_NEURON_CORES_ACCELERATOR_ENV",
+        "ENABLE_SHARE_NPU_RT_VISIBLE_DEVICES_ENV",
+        "ENABLE_DETAILED_AUTOFILLED_METRICS_ENV",
+        "RAY_TRAIN_ENABLE_STATE_TRACKING",
+        "TRAIN_ENABLE_WORKER_SPREAD_ENV",
+        "TRAIN_PLACEMENT_GROUP_TIMEOUT_S_ENV",
+    )
+    if hasattr(_backend_executor_module, name)
+)
+
+
+def executor_env() -> dict[str, str]:
+    """This process's values of :data:`EXECUTOR_ENV_VARS` (those set)."""
+    return {k: os.environ[k] for k in EXECUTOR_ENV_VARS if k in os.environ}
+
+
+def captures_child_tasks() -> bool:
+    """Whether tasks and actors this process starts join its placement group.
+
+    ``Worker.should_capture_child_tasks_in_placement_group`` (Ray 2.40 ..
+    2.60): what Ray's ``BackendExecutor._create_placement_group`` reads, with
+    ``get_current_placement_group()``, to decide whether to make a placement
+    group of its own.
+    """
+    return bool(_ray_worker.global_worker.should_capture_child_tasks_in_placement_group)
+
+
+class BorrowedPlacementGroup(PlacementGroup):
+    """The trial's placement group, given to an executor that runs outside it.
+
+    A ``PlacementGroup`` (same id, same bundles) that also tells
+    :class:`CapturingWorkerGroup` to let the workers capture their child tasks,
+    as workers started by Ray's executor inside a capturing trial do.
+    """
+
+    @classmethod
+    def of(cls, placement_group: PlacementGroup) -> BorrowedPlacementGroup:
+        return cls(placement_group.id, placement_group.bundle_cache)
+
+    def __reduce__(self):
+        return (type(self), (self.id, self.bundle_cache))
+
+
+class _CapturingActorClass:
+    """A worker actor class whose ``.options(placement_group=borrowed)`` captures
+    child tasks too (see :class:`CapturingWorkerGroup`)."""
+
+    def __init__(self, actor_cls: Any):
+        self._actor_cls = actor_cls
+
+    def options(self, **options: Any) -> Any:
+        if isinstance(options.get("placement_group"), BorrowedPlacementGroup):
+            options.setdefault("placement_group_capture_child_tasks", True)
+        return self._actor_cls.options(**options)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("__") or name == "_actor_cls":  # unpickling: not set yet
+            raise AttributeError(name)
+        return getattr(self._actor_cls, name)
+
+
+class CapturingWorkerGroup(_WorkerGroup):
+    """Ray's ``WorkerGroup`` (Ray 2.40 .. 2.60) whose workers, started in a
+    :class:`BorrowedPlacementGroup`, capture their child tasks.
+
+    Ray's executor inside a trial starts its workers with
+    ``placement_group="default"``: the trial's group, and (because the
+    coordinator captures child tasks) tasks the training function starts land
+    in the trial's bundles. The executor host runs outside the trial's group,
+    so it names the group explicitly; this makes the workers capture as well.
+    Runs in the executor host only (installed there by
+    :func:`use_capturing_worker_group`).
+    """
+
+    @property
+    def _remote_cls(self) -> Any:
+        return self.__dict__["_remote_cls"]
+
+    @_remote_cls.setter
+    def _remote_cls(self, actor_cls: Any) -> None:
+        # Set by WorkerGroup.__init__ (ray.remote(...)(cls)), read by add_workers.
+        self.__dict__["_remote_cls"] = _CapturingActorClass(actor_cls)
+
+
+def use_capturing_worker_group() -> None:
+    """Make Ray's ``BackendExecutor.start`` build :class:`CapturingWorkerGroup`s.
+
+    Patches ``ray.train._internal.backend_executor.WorkerGroup`` (Ray 2.40 ..
+    2.60) for the whole process: call it in the executor host's process only,
+    which runs nothing but executors (a group outside a borrowed placement
+    group is Ray's exactly).
+    """
+    _backend_executor_module.WorkerGroup = CapturingWorkerGroup
+
+
+def set_data_context(context: Any) -> None:
+    """Make ``context`` this process's Ray Data ``DataContext``.
+
+    Runs on a training worker: what Ray's ``BackendExecutor.start`` does with
+    the executor's process's context (``DataContext._set_current``).
+    """
+    from ray.data import DataContext
+
+    DataContext._set_current(context)
+
+
+def data_context_if_used() -> Any:
+    """This process's ``DataContext`` if Ray Data is imported here, else ``None``."""
+    if "ray.data" not in sys.modules:
+        return None
+    from ray.data import DataContext
+
+    return DataContext.get_current()
+
+
+def actor_ready_ref(actor: Any) -> Any:
+    """``actor.__ray_ready__.remote()``: an ``ObjectRef`` ready when the actor can
+    take a call, failing with ``ActorDiedError`` once it is dead.
+
+    ``__ray_ready__`` (Ray 2.40 .. 2.60): the method Ray's ``_modify_class`` gives every actor.
+    Runs in the executor host (it watches the trials' coordinators).
+    """
+    return actor.__ray_ready__.remote()
+
+
+def experiment_fs_path(
+    storage_path: str, storage_filesystem: Optional[Any], experiment_dir_name: str
+) -> str:
+    """``StorageContext.experiment_fs_path`` (Ray 2.40 .. 2.60) without building one.
+
+    Ray's ``StorageContext.__init__`` writes and reads a marker file in the
+    experiment folder (requests, on S3); this is the same path from Ray's
+    ``get_fs_and_path``. Runs on the driver (or the Ray Client Tuner actor).
+    """
+    from pathlib import Path
+
+    from ray.train._internal.storage import get_fs_and_path
+
+    _, fs_path = get_fs_and_path(storage_path, storage_filesystem)
+    return Path(Path(fs_path).as_posix(), experiment_dir_name).as_posix()
+
+
+def current_actor_or_none() -> Any:
+    """The handle of the actor this code runs in, or ``None`` (driver, task)."""
+    try:
+        return ray.get_runtime_context().current_actor
+    except Exception:  # RuntimeError outside an actor
+        return None
 
 
 # ---------------------------------------------------------------------------
@@ -777,13 +948,20 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_STORAGE}._update_checkpoint_index", "ray_tt_ext._storage:StorageContext._update_checkpoint_index", "overrides", "trial actor, training workers, coordinator, driver"),
     RayOverride(f"{_STORAGE}.checkpoint_dir_name", "ray_tt_ext._storage:StorageContext.checkpoint_dir_name", "overrides", "wherever a checkpoint is saved"),
     RayOverride(f"{_STORAGE}.persist_current_checkpoint", "ray_tt_ext._storage:StorageContext.persist_current_checkpoint", "extends", "trial actor, training workers"),
-    # -- The remote executor (executor actor, training workers) ------------------
-    RayOverride(f"{_EXECUTOR}.__init__", "ray_tt_ext._executor:_PrefetchingBackendExecutor.__init__", "extends", "executor actor"),
-    RayOverride(f"{_EXECUTOR}.start", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start", "overrides", "executor actor"),
-    RayOverride(f"{_EXECUTOR}.start_training", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start_training", "overrides", "executor actor"),
-    RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "overrides", "executor actor"),
-    RayOverride(f"{_EXECUTOR}.shutdown", "ray_tt_ext._executor:_PrefetchingBackendExecutor.shutdown", "overrides", "executor actor"),
-    RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "uses", "executor actor"),
+    # -- The remote executor (executor host, training workers) ------------------
+    RayOverride(f"{_EXECUTOR}.__init__", "ray_tt_ext._executor:_PrefetchingBackendExecutor.__init__", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}.start", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}.start_training", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start_training", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}.shutdown", "ray_tt_ext._executor:_PrefetchingBackendExecutor.shutdown", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "uses", "executor host"),
+    RayOverride(f"{_EXECUTOR}._create_placement_group", "ray_tt_ext._executor:_PrefetchingBackendExecutor._create_placement_group", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}._restart", "ray_tt_ext._executor:_PrefetchingBackendExecutor._restart", "extends", "executor host"),
+    RayOverride("ray.train._internal.backend_executor:WorkerGroup", "ray_tt_ext._compat:use_capturing_worker_group", "patches", "executor host (its process only)"),
+    RayOverride("ray.train._internal.worker_group:WorkerGroup.add_workers", "ray_tt_ext._compat:CapturingWorkerGroup", "uses", "executor host (WorkerGroup._remote_cls.options)"),
+    RayOverride("ray._private.worker:Worker.should_capture_child_tasks_in_placement_group", "ray_tt_ext._compat:captures_child_tasks", "uses", "coordinator (trial actor)"),
+    RayOverride("ray.train._internal.storage:get_fs_and_path", "ray_tt_ext._compat:experiment_fs_path", "uses", "driver / Ray Client Tuner actor (StorageContext.experiment_fs_path)"),
+    RayOverride("ray.actor:_modify_class", "ray_tt_ext._compat:actor_ready_ref", "uses", "executor host (its __ray_ready__ method, to watch coordinators)"),
     RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat:RayTrainWorker.get_next", "adds", "training worker"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat:worker_report_synchronously", "patches", "training worker (synchronous_result_reporting, result_queue)"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat:_training_over", "uses", "training worker (training_thread, result_queue, error_queue)"),
@@ -821,10 +999,12 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
 # Every name other ray_tt_ext modules (and the tests, scripts and release
 # scenarios) take from this module; tests/test_compat_map.py keeps it accurate.
 __all__ = [
+    "ActorDiedError",
     "AirEntrypoint",
     "AirRunConfig",
     "AirScalingConfig",
     "BackendExecutor",
+    "BorrowedPlacementGroup",
     "BaseTrainer",
     "CHECKPOINT_DIR_NAME",
     "DataParallelTrainer",
@@ -832,6 +1012,8 @@ __all__ = [
     "FUNCTION_SIZE_ERROR_THRESHOLD",
     "FUNCTION_SIZE_WARN_THRESHOLD",
     "FunctionTrainable",
+    "InactiveWorkerGroup",
+    "InactiveWorkerGroupError",
     "MIN_TRAIN_V2_RAY_VERSION",
     "PlacementGroupFactory",
     "RAY_OVERRIDES",
@@ -843,6 +1025,7 @@ __all__ = [
     "StartTracebackWithWorkerRank",
     "StorageContext",
     "TrainV2DisabledError",
+    "TrainingWorkerError",
     "TrainV2EnabledError",
     "TuneCheckpoint",
     "TuneCheckpointConfig",
@@ -854,12 +1037,18 @@ __all__ = [
     "V2_ENV_VAR",
     "WorkerSignal",
     "acting_as_tune_driver",
+    "actor_ready_ref",
     "add_post_init_hook",
+    "captures_child_tasks",
     "check_ray_version",
     "count_out_of_band_pins",
+    "current_actor_or_none",
+    "data_context_if_used",
     "deep_update",
     "ensure_train_v1",
     "ensure_train_v2",
+    "executor_env",
+    "experiment_fs_path",
     "force_on_current_node_options",
     "get_checkpoint",
     "get_next_methods",
@@ -871,6 +1060,7 @@ __all__ = [
     "note_ref_pickled",
     "ray_cloudpickle",
     "release_out_of_band_pins",
+    "set_data_context",
     "set_experiment_storage_context_cls",
     "should_pickle_by_reference",
     "to_train_v1",
@@ -880,6 +1070,7 @@ __all__ = [
     "tune_report_queue",
     "train_v2_enabled",
     "tune_report",
+    "use_capturing_worker_group",
     "worker_get_next",
     "worker_report_synchronously",
 ]

@@ -1,47 +1,60 @@
-"""A remote BackendExecutor (seed 002): Ray's executor in its own zero-CPU actor.
+"""A remote BackendExecutor (seed 002): Ray's executor outside the trial's process.
 
 Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
 ``_create_actor``):
 
 * :class:`_PrefetchingBackendExecutor` — Ray's ``BackendExecutor``, asking the
   workers for the next result early (no extra round trip per report, no
-  worker running further ahead than with Ray's executor).
-* :class:`BackendExecutorHost` — a plain class that owns one real
-  ``BackendExecutor`` and exposes its methods; testable in-process.
+  worker running further ahead than with Ray's executor), and able to start
+  its workers in a placement group it borrows (the trial's) without owning it.
+* :class:`BackendExecutorHost` — a plain class that owns real executors, one
+  per *session* (one ``RemoteBackendExecutor``), and exposes their methods;
+  testable in-process.
 * :data:`_RemoteBackendExecutor` — ``ray.remote(BackendExecutorHost)``, the
   private actor class (its class name contains ``BackendExecutor``).
-* :func:`_create_executor_actor` — the factory; every scheduling option is set
-  explicitly.
+* :class:`ExecutorHosts` — a Tuner's shared hosts (driver): one host per node,
+  started by the first trial on that node that asks (the host on the driver's
+  node when the fit begins), all gone when the fit returns.
 * :class:`RemoteBackendExecutor` — the drop-in for Ray's ``BackendExecutor``
   that the coordinator uses: same constructor, every call proxied
-  synchronously to the actor.
+  synchronously to its session in a host.
 
-Placement: inside a trial, the actor joins bundle 0 of the trial's placement
-group (the coordinator's own bundle, hence the coordinator's node) with
-``num_cpus=0``, and captures child tasks, so the training workers it starts
-land in the trial's worker bundles exactly as when the executor runs inside
-the coordinator. It takes no CPU from the trial or from other trials. Outside
-a placement group it is pinned to the caller's node with hard node affinity.
-The actor is owned by the coordinator: if the coordinator dies, Ray kills it,
-and with it the workers it owns.
+Where a session lives. In a trial of a ``ray_tt_ext.Tuner``, the Tuner's host
+on the trial's node (a zero-CPU actor the trials there share: starting a Ray
+worker process per trial cost about 2 s and 200 MiB). Anywhere else (a
+trainer's own ``fit()``, Ray's ``Tuner``, direct use, a full or lost shared
+host), a dedicated host of its own, pinned to the caller's node, owned by the
+caller. Either way the host runs outside the caller's placement group, with
+``num_cpus=0``; the executor starts its workers where Ray's executor in the
+caller would: in the caller's placement group if the caller captures child
+tasks (the workers capture theirs too), else in a placement group of its own.
+
+Isolation. Each session has its own executor, thread, stop signal and
+workers; an error, stop or shutdown of one touches no other. A shared host
+watches each session's coordinator and shuts the session's workers down if
+the coordinator dies. A host that dies takes its sessions' workers with it
+(it owns them): each of its trials sees an executor death, and retries as
+``FailureConfig`` says (on a new host, or a dedicated one).
 """
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+import hashlib
 import logging
 import os
 import threading
+import time
 import traceback
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from typing import Any, Optional
 
 import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.placement_group import get_current_placement_group
-from ray.util.scheduling_strategies import (
-    NodeAffinitySchedulingStrategy,
-    PlacementGroupSchedulingStrategy,
-)
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from ray_tt_ext import _compat
 
@@ -51,18 +64,25 @@ logger = logging.getLogger("ray_tt_ext")
 #: How long a graceful shutdown waits for requests issued early (WorkerGroup's patience).
 _SHUTDOWN_PATIENCE_S = 5.0
 
-#: The executor actor's concurrency group for ``BackendExecutorHost.wait_for_stop``.
+#: The host's concurrency group for ``BackendExecutorHost.wait_for_stop``.
 _STOP_GROUP = "stop_signal"
+#: The host's concurrency group for ``BackendExecutorHost.sentinel``.
+_SENTINEL_GROUP = "sentinel"
+#: Sessions one shared host takes at once (more trials on the node get a
+#: dedicated host each). Each holds a thread of the host's while it waits.
+HOST_CAPACITY = 64
+#: How often a shared host checks that each session's coordinator lives (s).
+_WATCH_INTERVAL_S = 1.0
 
 
 class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     """Ray's ``BackendExecutor`` that asks the workers for the next result early.
 
-    Runs in the executor actor. Ray's local executor, on each
+    Runs in the executor host. Ray's local executor, on each
     ``get_next_results``, calls ``get_next`` on every worker and waits; the
     worker hands over the result it has queued and is released to compute the
     next one. A remote executor done the same way puts one more round trip
-    (coordinator to executor actor) on every report. This class removes it
+    (coordinator to executor host) on every report. This class removes it
     without letting the workers run further ahead than Ray allows:
 
     * the workers report synchronously (their ``get_next`` releases the
@@ -89,21 +109,74 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
-        """Extends ``BackendExecutor.__init__``; runs in the executor actor."""
+        """Extends ``BackendExecutor.__init__``; runs in the executor host."""
         super().__init__(*args, **kwargs)
         self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
+        # start_training's worker_report_synchronously calls, awaited by the
+        # first get_next_results (as Ray's start_training awaits no training).
+        self._setup: Optional[list[Any]] = None
         self._stop_signal: Optional[_StopSignal] = None
+        self._make_stop_signal: Optional[Callable[[], _StopSignal]] = None
         # The workers' own get_next methods while they run, see start()
         self._get_next: Optional[list[Any]] = None
+        self._borrowed_placement_group: Optional[Any] = None
+        self._data_context: Any = None
 
-    def use_stop_signal(self, signal: _StopSignal) -> None:
-        """Let early requests go at shutdown through ``signal`` (see :meth:`shutdown`).
+    def use_placement_group(self, placement_group: Any) -> None:
+        """Start the workers in ``placement_group`` (the caller's), without owning it.
 
-        Set by :class:`BackendExecutorHost` in the executor actor, before
-        ``start_training``. Without one (the executor used in-process, as some
+        Set by :class:`BackendExecutorHost` in the executor host when the
+        caller (the coordinator) runs in a placement group and captures child
+        tasks: where Ray's executor, running in the caller, would start them
+        (its ``placement_group="default"``). ``placement_group`` is a
+        :class:`_compat.BorrowedPlacementGroup`, so the workers capture their
+        own child tasks as well. The executor never removes it.
+        """
+        self._borrowed_placement_group = placement_group
+
+    def use_data_context(self, context: Any) -> None:
+        """Give the workers ``context`` (the caller's Ray Data ``DataContext``).
+
+        Ray's ``start`` gives them the ``DataContext`` of the process it runs
+        in; this one runs in the host, so the caller's is sent along.
+        """
+        self._data_context = context
+
+    def _create_placement_group(self) -> None:
+        """Overrides ``BackendExecutor._create_placement_group``; runs in the executor host.
+
+        With a borrowed placement group, use it (Ray's decides from the
+        process's own placement group, which the host has none of); else Ray's.
+        """
+        if self._borrowed_placement_group is not None:
+            self._placement_group = self._borrowed_placement_group
+            return
+        super()._create_placement_group()
+
+    def _let_go_of_borrowed_placement_group(self) -> None:
+        # Ray's shutdown and _restart remove self._placement_group: not a borrowed one.
+        if self._placement_group is self._borrowed_placement_group:
+            self._placement_group = None
+
+    def _restart(self) -> None:
+        """Extends ``BackendExecutor._restart``; runs in the executor host.
+
+        Ray's, without removing a borrowed placement group (``start`` takes
+        it again).
+        """
+        self._let_go_of_borrowed_placement_group()
+        super()._restart()
+
+    def use_stop_signal(self, make_signal: Callable[[], _StopSignal]) -> None:
+        """Let early requests go at shutdown through a signal (see :meth:`shutdown`).
+
+        Set by :class:`BackendExecutorHost` in the executor host, before
+        ``start_training``, which makes a fresh signal with ``make_signal``
+        each time (a shutdown spends one; ``start()`` may follow, as with
+        Ray's executor). Without one (the executor used in-process, as some
         tests do), a graceful shutdown waits for early requests instead.
         """
-        self._stop_signal = signal
+        self._make_stop_signal = make_signal
 
     def start(
         self,
@@ -112,11 +185,12 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         train_cls_args: Optional[tuple] = None,
         train_cls_kwargs: Optional[dict] = None,
     ) -> None:
-        """Overrides ``BackendExecutor.start``; runs in the executor actor.
+        """Overrides ``BackendExecutor.start``; runs in the executor host.
 
         Ray's, with workers of :class:`_compat.RayTrainWorker` (Ray's, with a
-        ``get_next`` method) unless a ``train_cls`` is given. Ray's restart
-        after a worker failure calls this again, without one.
+        ``get_next`` method) unless a ``train_cls`` is given, then the caller's
+        ``DataContext`` on every worker (see :meth:`use_data_context`). Ray's
+        restart after a worker failure calls this again, without a ``train_cls``.
         """
         self._get_next = None
         super().start(
@@ -125,7 +199,9 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
             train_cls_args,
             train_cls_kwargs,
         )
-        if train_cls is None:
+        if self._data_context is not None and self.is_started():
+            self.worker_group.execute(_compat.set_data_context, self._data_context)
+        if train_cls is None and self.is_started():
             self._get_next = _compat.get_next_methods(self.worker_group)
 
     def _request_next_results(self) -> list[Any]:
@@ -135,28 +211,41 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         return self.worker_group.execute_async(_compat.worker_get_next)
 
     def start_training(self, *args: Any, **kwargs: Any) -> None:
-        """Overrides ``BackendExecutor.start_training``; runs in the executor actor.
+        """Overrides ``BackendExecutor.start_training``; runs in the executor host.
 
-        Ray's, then the workers switch to synchronous reporting and the first
+        Ray's, then the workers are told to report synchronously and the first
         result is requested (``get_next`` does not release before the first
-        result, so this lets no worker run ahead).
+        result, so this lets no worker run ahead); neither is awaited here.
         """
-        self._next_results = None
+        self._next_results = self._setup = None
         super().start_training(*args, **kwargs)
+        if self._make_stop_signal is not None:
+            self._stop_signal = self._make_stop_signal()
         stop = [self._stop_signal.ref] if self._stop_signal is not None else None
-        self.get_with_failure_handling(
-            self.worker_group.execute_async(_compat.worker_report_synchronously, stop)
+        # Not awaited here: Ray's start_training returns without waiting for
+        # the workers' training, so a worker that dies as training starts is
+        # the first get_next_results' TrainingWorkerError, as with Ray's.
+        # Each worker runs these calls in order, before the request below.
+        self._setup = self.worker_group.execute_async(
+            _compat.worker_report_synchronously, stop
         )
         self._next_results = self._request_next_results()
 
     def get_next_results(self) -> Optional[list[Any]]:
-        """Overrides ``BackendExecutor.get_next_results``; runs in the executor actor.
+        """Overrides ``BackendExecutor.get_next_results``; runs in the executor host.
 
         Same contract as Ray's (a result per worker, ``None`` once every
         worker's training function returned, the same error if only some
         did), served from the request issued during the previous call; the
         next request is issued before this one's results are awaited.
         """
+        setup, self._setup = self._setup, None
+        if setup is not None:
+            try:  # Ray's failure handling: restart the workers, TrainingWorkerError
+                self.get_with_failure_handling(setup)
+            except BaseException:
+                self._next_results = None  # asked of the workers that failed
+                raise
         futures, self._next_results = self._next_results, None
         if futures is None:  # not started, or after the final None: as Ray does
             futures = self._request_next_results()
@@ -188,7 +277,7 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         return results
 
     def shutdown(self, graceful_termination: bool = True) -> None:
-        """Overrides ``BackendExecutor.shutdown``; runs in the executor actor.
+        """Overrides ``BackendExecutor.shutdown``; runs in the executor host.
 
         A request issued early occupies each worker's only task thread until
         the training function reports again, and the backend's cleanup
@@ -204,14 +293,22 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
 
         Without a stop signal (in-process use) it waits for the requests
         instead, up to Ray's own 5 s worker patience, and falls back to Ray's
-        forced shutdown (no ``on_shutdown``) if they do not come.
+        forced shutdown (no ``on_shutdown``) if they do not come. A borrowed
+        placement group stays (the caller's); one of its own is removed, as
+        Ray's does.
         """
         pending, self._next_results = self._next_results, None
+        if self._setup is not None:
+            pending = (pending or []) + self._setup
+            self._setup = None
         self._get_next = None  # the workers go: no handles kept
-        if graceful_termination and self._stop_signal is not None:
+        self._let_go_of_borrowed_placement_group()
+        signal, self._stop_signal = self._stop_signal, None
+        if signal is not None:
             # Also when nothing is pending here: after a worker's death the
-            # others may still be inside the get_next that failed.
-            self._stop_signal.set()
+            # others may still be inside the get_next that failed. (A forced
+            # shutdown sets it too: it frees the host's waiting thread.)
+            signal.set()
         if pending and graceful_termination:
             _, not_done = ray.wait(
                 pending, num_returns=len(pending), timeout=_SHUTDOWN_PATIENCE_S
@@ -223,7 +320,7 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
 class _StopSignal:
     """An ``ObjectRef`` (:attr:`ref`) that becomes ready when :meth:`set` is called.
 
-    Made by :class:`BackendExecutorHost` in the executor actor: :attr:`ref` is
+    Made by :class:`BackendExecutorHost` in the executor host: :attr:`ref` is
     the actor's own call of ``wait_for_stop`` (its own concurrency group, so
     it does not hold up the executor's calls), which returns once ``set()``
     sets the event it waits on.
@@ -238,7 +335,7 @@ class _StopSignal:
 
 
 class _TrainingWorkerError(Exception):
-    """A training worker's error, carried across the executor actor's boundary.
+    """A training worker's error, carried across the executor host's boundary.
 
     Ray's executor raises ``StartTracebackWithWorkerRank(rank) from error``
     for an error in the user's training function; the coordinator's
@@ -246,7 +343,7 @@ class _TrainingWorkerError(Exception):
     final run status and re-raises the user's error without Ray's frames.
     ``StartTracebackWithWorkerRank`` pickles its rank only, so its
     ``__cause__`` (the user's error) would be lost on the way from the
-    executor actor to the coordinator. This carrier pickles both; the
+    executor host to the coordinator. This carrier pickles both; the
     coordinator rebuilds Ray's exception from it (:meth:`as_start_traceback`).
     """
 
@@ -265,6 +362,23 @@ class _TrainingWorkerError(Exception):
         return _compat.StartTracebackWithWorkerRank(worker_rank=self.worker_rank)
 
 
+class _CarriedError(Exception):
+    """An executor's error with its ``__cause__``, which pickling would drop.
+
+    E.g. Ray's ``RuntimeError("Training has failed after N attempts")``,
+    raised ``from`` the last worker failure once ``max_retries`` is used up.
+    The proxy raises :attr:`error` ``from`` :attr:`cause` again.
+    """
+
+    def __init__(self, error: BaseException, cause: Optional[BaseException]):
+        super().__init__(error, cause)
+        self.error = error
+        self.cause = cause
+
+    def __reduce__(self):
+        return (type(self), (self.error, self.cause))
+
+
 def _picklable(error: Optional[BaseException]) -> Optional[BaseException]:
     """``error`` if it pickles; else a ``RuntimeError`` with its type, message and
     traceback, so that the carrier (and the final run status) still arrive."""
@@ -278,130 +392,457 @@ def _picklable(error: Optional[BaseException]) -> Optional[BaseException]:
         return RuntimeError(f"{type(error).__name__}: {error}\n{text}")
 
 
-class BackendExecutorHost:
-    """Owns a real ``BackendExecutor`` and exposes the calls the coordinator makes.
+def _placement_group_id() -> Optional[str]:
+    """This process's placement group id (hex), or ``None``: runs on a training worker."""
+    return ray.get_runtime_context().get_placement_group_id()
 
-    Runs in the executor actor (or in-process, for tests). Arguments and
-    return values are Ray's own. Errors are Ray's own too, except that a
-    training worker's error (Ray's ``StartTraceback``) travels as a
-    :class:`_TrainingWorkerError`, so that its cause survives pickling.
+
+class _Session:
+    """One ``RemoteBackendExecutor``'s state in a host."""
+
+    def __init__(self, executor: Any, coordinator: Any):
+        self.executor = executor
+        self.coordinator = coordinator  # actor handle, watched; None: not watched
+        self.closed = False
+        # Stop signals by number: one per start_training (see make_stop_signal).
+        self.stop_events: dict[int, threading.Event] = {}
+        self.stop_signals_made = 0
+
+
+class BackendExecutorHost:
+    """Owns real ``BackendExecutor``s, one per session, and runs their calls.
+
+    Runs in a host actor (shared by a Tuner's trials on one node, or
+    dedicated to one executor), or in-process for tests. Arguments and return
+    values are Ray's own. Errors are Ray's own too, except that a training
+    worker's error (Ray's ``StartTraceback``) travels as a
+    :class:`_TrainingWorkerError`, and an error with a ``__cause__`` as a
+    :class:`_CarriedError`, so that their causes survive pickling.
+
+    ``registry``: this host is a Tuner's first one (named after the Tuner), and
+    hands out the hosts of other nodes (:meth:`host_for`), which it owns.
     """
 
-    def __init__(
-        self, executor_cls: type[Any], kwargs: dict[str, Any], stop_signal: bool = False
-    ):
-        """``stop_signal``: this is the executor actor (``_create_executor_actor``),
-        whose ``wait_for_stop`` makes the executor's stop signal."""
-        self._executor = executor_cls(**kwargs)
-        self._stopping = threading.Event()
-        if stop_signal and hasattr(self._executor, "use_stop_signal"):
-            this_actor = ray.get_runtime_context().current_actor
-            self._executor.use_stop_signal(
-                _StopSignal(this_actor.wait_for_stop.remote(), self._stopping)
-            )
+    def __init__(self, registry: bool = False, capacity: int = HOST_CAPACITY):
+        self._sessions: dict[str, _Session] = {}
+        self._lock = threading.Lock()
+        self._capacity = capacity
+        self._registry = registry
+        self._children: dict[str, tuple[Any, Any]] = {}  # node id: (host, sentinel)
+        self._watcher: Optional[threading.Thread] = None
+        self._env = _compat.executor_env()
+        ctx = ray.get_runtime_context()
+        self._node_id = ctx.get_node_id()
+        self._in_actor = ctx.get_actor_id() is not None
+        if self._in_actor:  # this process runs executors only
+            _compat.use_capturing_worker_group()
+
+    # -- sessions ------------------------------------------------------------
+
+    def open(
+        self,
+        session_id: str,
+        executor_cls: type[Any],
+        kwargs: dict[str, Any],
+        placement_group: Any = None,
+        data_context: Any = None,
+        coordinator: Any = None,
+        env: Optional[dict[str, str]] = None,
+    ) -> bool:
+        """Build the session's executor; ``False`` if this host cannot take it.
+
+        Runs in the host. Refused (the caller then starts a dedicated host):
+        the host is full, or the caller's executor environment variables
+        (``_compat.EXECUTOR_ENV_VARS``, read by Ray's executor in its own
+        process) differ from this host's. ``coordinator``: an actor whose
+        death ends the session (a shared host's trials).
+        """
+        if env is not None and env != self._env:
+            return False
+        with self._lock:  # the place is taken now, built below
+            if len(self._sessions) >= self._capacity or session_id in self._sessions:
+                return False
+            self._sessions[session_id] = _Session(None, coordinator)
+        try:
+            executor = self._call_executor(lambda: executor_cls(**kwargs))
+        except BaseException:
+            with self._lock:
+                self._sessions.pop(session_id, None)
+            raise
+        if placement_group is not None and hasattr(executor, "use_placement_group"):
+            executor.use_placement_group(placement_group)
+        if data_context is not None and hasattr(executor, "use_data_context"):
+            executor.use_data_context(data_context)
+        with self._lock:
+            session = self._sessions[session_id]
+            session.executor = executor
+        if self._in_actor and hasattr(executor, "use_stop_signal"):
+            executor.use_stop_signal(lambda: self._make_stop_signal(session_id, session))
+        if coordinator is not None:
+            self._start_watching()
+        return True
+
+    def _make_stop_signal(self, session_id: str, session: _Session) -> _StopSignal:
+        """A fresh stop signal for the session: the host's own ``wait_for_stop``
+        call, which returns when the signal's event is set (runs in the host)."""
+        event = threading.Event()
+        with self._lock:
+            session.stop_signals_made += 1
+            number = session.stop_signals_made
+            session.stop_events[number] = event
+            if session.closed:
+                event.set()
+        this_actor = ray.get_runtime_context().current_actor
+        return _StopSignal(this_actor.wait_for_stop.remote(session_id, number), event)
+
+    def close(self, session_id: str) -> None:
+        """End the session: its workers (if still running) go by force. Runs in the host.
+
+        A call of the session still in progress (its coordinator died during
+        ``start()``, say) shuts the executor down again when it returns.
+        """
+        with self._lock:
+            session = self._sessions.pop(session_id, None)
+            if session is None:
+                return
+            session.closed = True
+            events = list(session.stop_events.values())
+        for event in events:
+            event.set()
+        if session.executor is not None:
+            self._force_shutdown(session_id, session)
+
+    @staticmethod
+    def _force_shutdown(session_id: str, session: _Session) -> None:
+        try:
+            session.executor.shutdown(graceful_termination=False)
+        except Exception:  # a worker already gone, or Ray 2.40's second shutdown
+            logger.debug("closing executor session %s", session_id, exc_info=True)
+
+    def sessions(self) -> int:
+        """How many sessions are open here."""
+        with self._lock:
+            return len(self._sessions)
 
     @ray.method(concurrency_group=_STOP_GROUP)
-    def wait_for_stop(self) -> None:
-        """Returns once the executor starts shutting down (its stop signal).
+    def wait_for_stop(self, session_id: str, number: int) -> None:
+        """Returns once the session's stop signal ``number`` is set (its executor
+        shuts down).
 
-        Runs in the executor actor, in its own concurrency group of one
-        thread, beside the executor's calls; called once, by the actor itself.
+        Runs in the host, in its own concurrency group, beside the executors'
+        calls; called once per ``start_training``, by the host itself.
         """
-        self._stopping.wait()
+        with self._lock:
+            session = self._sessions.get(session_id)
+            event = session.stop_events.get(number) if session is not None else None
+        if event is None:  # closed meanwhile
+            return
+        event.wait()
+        with self._lock:
+            session.stop_events.pop(number, None)
 
-    def get_next_results(self) -> Any:
-        """``call("get_next_results", (), {})``, without arguments to serialize.
+    @ray.method(concurrency_group=_SENTINEL_GROUP)
+    def sentinel(self) -> None:
+        """Never returns: its ``ObjectRef`` fails when this host dies (runs in the host)."""
+        threading.Event().wait()
 
-        Runs in the executor actor; the coordinator's call on every report
-        (about 0.1 ms less to send than :meth:`call`, on 2 cores).
+    def get_next_results(self, session_id: str) -> Any:
+        """``call(session_id, "get_next_results", (), {})``, with less to serialize.
+
+        Runs in the host; the coordinator's call on every report.
         """
-        return self.call("get_next_results", (), {})
+        return self.call(session_id, "get_next_results", (), {})
 
-    def call(self, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    def call(
+        self, session_id: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Any:
+        """``method(*args, **kwargs)`` of the session's executor. Runs in the host."""
+        with self._lock:
+            session = self._sessions.get(session_id)
+        if session is None or session.executor is None:  # closed, or not built
+            raise _compat.InactiveWorkerGroupError()
         try:
-            return getattr(self._executor, method)(*args, **kwargs)
+            return self._call_executor(
+                lambda: getattr(session.executor, method)(*args, **kwargs)
+            )
+        finally:
+            if session.closed:  # closed while this call ran: what it started goes
+                self._force_shutdown(session_id, session)
+
+    @staticmethod
+    def _call_executor(function: Callable[[], Any]) -> Any:
+        try:
+            return function()
         except _compat.StartTraceback as e:
             raise _TrainingWorkerError(
                 getattr(e, "worker_rank", None), _picklable(e.__cause__)
             ) from None
+        except Exception as e:
+            if e.__cause__ is None:
+                raise
+            raise _CarriedError(_picklable(e), _picklable(e.__cause__)) from None
 
-    def placement_info(self) -> dict[str, Any]:
-        """Where this actor runs: node, placement group, assigned resources."""
+    # -- coordinators' lives (shared hosts) -----------------------------------
+
+    def _start_watching(self) -> None:
+        with self._lock:
+            if self._watcher is not None:
+                return
+            self._watcher = threading.Thread(
+                target=self._watch, name="ray_tt_ext-coordinators", daemon=True
+            )
+        self._watcher.start()
+
+    def _watch(self) -> None:
+        """Close the session of every coordinator that dies (a thread of the host).
+
+        At most one ``__ray_ready__`` per coordinator per
+        :data:`_WATCH_INTERVAL_S`: it answers between the trial's ``train()``
+        calls, and fails once the actor is dead.
+        """
+        pending: dict[str, Any] = {}
+        while True:
+            try:
+                self._watch_once(pending)
+            except Exception:  # keep watching; a failed pass is retried
+                logger.warning("watching the coordinators failed", exc_info=True)
+                pending.clear()
+            time.sleep(_WATCH_INTERVAL_S)
+
+    def _watch_once(self, pending: dict[str, Any]) -> None:
+        """One pass of :meth:`_watch` (runs in the host's watcher thread)."""
+        with self._lock:
+            watched = {
+                sid: s.coordinator
+                for sid, s in self._sessions.items()
+                if s.coordinator is not None
+            }
+        for sid in [sid for sid in pending if sid not in watched]:
+            del pending[sid]
+        for sid, coordinator in watched.items():
+            if sid not in pending:
+                pending[sid] = _compat.actor_ready_ref(coordinator)
+        if not pending:
+            return
+        refs = list(pending.values())
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=_WATCH_INTERVAL_S)
+        ready_set = set(ready)
+        for sid, ref in list(pending.items()):
+            if ref not in ready_set:
+                continue
+            del pending[sid]
+            try:
+                ray.get(ref)
+            except _compat.ActorDiedError:  # not ActorUnavailableError: may come back
+                logger.info("executor session %s: its coordinator died", sid)
+                self.close(sid)
+            except Exception:
+                logger.debug("watching session %s", sid, exc_info=True)
+
+    # -- the Tuner's other hosts (registry only) ----------------------------------
+
+    def host_for(self, node_id: str) -> Any:
+        """The shared host for ``node_id``: this one, or one it starts and owns.
+
+        Runs in a Tuner's first host. A host found dead (its sentinel failed) is
+        replaced.
+        """
+        if node_id == self._node_id:
+            return ray.get_runtime_context().current_actor
+        if not self._registry:
+            return None
+        with self._lock:
+            known = self._children.get(node_id)
+            if known is not None:
+                ready, _ = ray.wait([known[1]], timeout=0)
+                if not ready:
+                    return known[0]
+            host = _RemoteBackendExecutor.options(**_host_options(node_id)).remote()
+            self._children[node_id] = (host, host.sentinel.remote())
+            return host
+
+    def placement_info(self, session_id: Optional[str] = None) -> dict[str, Any]:
+        """Where this host runs (node, placement group, assigned resources,
+        pid, sessions), and where the session's workers run."""
         ctx = ray.get_runtime_context()
         try:
             resources = ctx.get_assigned_resources()
         except AssertionError:  # in-process on a driver: nothing is assigned
             resources = {}
-        return {
+        info: dict[str, Any] = {
             "node_id": ctx.get_node_id(),
             "placement_group_id": ctx.get_placement_group_id(),
             "assigned_resources": resources,
             "pid": os.getpid(),
+            "sessions": self.sessions(),
         }
+        with self._lock:
+            session = self._sessions.get(session_id) if session_id else None
+        if session is not None and session.executor.is_started():
+            info["worker_placement_group_ids"] = session.executor.worker_group.execute(
+                _placement_group_id
+            )
+        return info
 
 
 # `ray list actors` shows the class name, BackendExecutorHost. Concurrency
 # groups cannot be set in `.options()`.
-_RemoteBackendExecutor = ray.remote(concurrency_groups={_STOP_GROUP: 1})(
-    BackendExecutorHost
-)
+_RemoteBackendExecutor = ray.remote(
+    concurrency_groups={_STOP_GROUP: HOST_CAPACITY, _SENTINEL_GROUP: 2}
+)(BackendExecutorHost)
 
 
-def _scheduling_options() -> dict[str, Any]:
-    """Where the executor actor goes: see the module docstring."""
-    placement_group = get_current_placement_group()
-    if placement_group is not None:
-        strategy: Any = PlacementGroupSchedulingStrategy(
-            placement_group=placement_group,
-            # Bundle 0 is the coordinator's own bundle in a Tune trial.
-            placement_group_bundle_index=0,
-            # Workers started by the executor go into the trial's bundles.
-            placement_group_capture_child_tasks=True,
-        )
-    else:
-        strategy = NodeAffinitySchedulingStrategy(
-            node_id=ray.get_runtime_context().get_node_id(), soft=False
-        )
+def _host_options(node_id: str, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
+    """A host's actor options: zero resources, pinned to ``node_id``, outside any
+    placement group (the executor places its workers itself)."""
     return {
         "num_cpus": 0,
         "num_gpus": 0,
         "memory": 0,
-        "max_restarts": 0,  # a restarted executor would have lost its workers
+        "max_restarts": 0,  # a restarted host would have lost its workers
         "max_task_retries": 0,
-        # Calls run one at a time (each caller waits for its call); the class
-        # adds one thread, for BackendExecutorHost.wait_for_stop only.
-        "max_concurrency": 1,
-        "scheduling_strategy": strategy,
-        # Train V1 in the executor, and so in the workers it starts.
-        "runtime_env": {"env_vars": _compat.train_v1_runtime_env_vars()},
+        # One thread per session's call, and a few for open/close/host_for.
+        "max_concurrency": HOST_CAPACITY + 8,
+        # Node affinity: outside the caller's placement group whatever it captures.
+        "scheduling_strategy": NodeAffinitySchedulingStrategy(node_id=node_id, soft=False),
+        # Train V1 in the host, and so in the workers it starts; a dedicated
+        # host also gets its caller's executor environment variables.
+        "runtime_env": {"env_vars": {**_compat.train_v1_runtime_env_vars(), **(env or {})}},
     }
 
 
-def _create_executor_actor(executor_cls: type[Any], kwargs: dict[str, Any]) -> Any:
-    """Start the executor actor on the caller's node (coordinator)."""
-    return _RemoteBackendExecutor.options(**_scheduling_options()).remote(
-        executor_cls, kwargs, stop_signal=True
-    )
+def _scheduling_options() -> dict[str, Any]:
+    """A dedicated host's actor options, on the caller's node (see the module docstring)."""
+    return _host_options(ray.get_runtime_context().get_node_id(), _compat.executor_env())
+
+
+# ---------------------------------------------------------------------------
+# A Tuner's shared hosts (driver)
+# ---------------------------------------------------------------------------
+
+_HOSTS: contextvars.ContextVar[Optional[str]] = contextvars.ContextVar(
+    "ray_tt_ext_executor_hosts", default=None
+)
+
+
+@contextlib.contextmanager
+def using_hosts(name: Optional[str]) -> Iterator[None]:
+    """Executors made in this context (thread) look for the shared hosts ``name``
+    (:func:`hosts_name` of the trial's experiment; ``None``: none).
+
+    Runs in the trial actor, around the trainer's training loop.
+    """
+    token = _HOSTS.set(name)
+    try:
+        yield
+    finally:
+        _HOSTS.reset(token)
+
+
+def hosts_name(experiment_path: str) -> str:
+    """The name of the shared executor hosts of the experiment at ``experiment_path``.
+
+    The Tuner's driver and its trials both know the experiment's folder
+    (``StorageContext.experiment_fs_path``); the trainable's registered class
+    is no key (Tune registers it by name, and a second Tuner of the same
+    trainer class in the same job replaces it).
+    """
+    digest = hashlib.sha1(experiment_path.encode()).hexdigest()[:20]
+    return f"ray_tt_ext_executor_hosts_{digest}"
+
+
+class ExecutorHosts:
+    """The shared executor hosts of one fit (driver, or the Ray Client Tuner actor).
+
+    :meth:`running` starts the first host on this node, named
+    :func:`hosts_name` of the experiment, for the length of a fit, and kills it
+    at the end: the hosts it started on other nodes, and every worker any of
+    them owns, go with it. Nothing outlives the fit.
+    """
+
+    def __init__(self, experiment_path: str) -> None:
+        self.name = hosts_name(experiment_path)
+
+    @contextlib.contextmanager
+    def running(self, wanted: bool = True) -> Iterator[None]:
+        if not wanted:
+            yield
+            return
+        registry = self._start()
+        try:
+            yield
+        finally:
+            ray.kill(registry, no_restart=True)
+
+    def _start(self) -> Any:
+        options = _host_options(ray.get_runtime_context().get_node_id())
+        deadline = time.monotonic() + 10.0
+        while True:  # a previous fit's host may still be releasing the name
+            try:
+                return _RemoteBackendExecutor.options(name=self.name, **options).remote(
+                    registry=True
+                )
+            except ValueError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
+
+
+_WARNED: set[str] = set()
+
+
+def _warn_once(message: str) -> None:
+    if message not in _WARNED:
+        _WARNED.add(message)
+        logger.warning(message)
+
+
+def _shared_host() -> Any:
+    """The shared host for this trial's node, or ``None`` (runs in the coordinator)."""
+    name = _HOSTS.get()
+    if name is None or _compat.current_actor_or_none() is None:
+        return None
+    try:
+        registry = ray.get_actor(name)
+        return ray.get(registry.host_for.remote(ray.get_runtime_context().get_node_id()))
+    except Exception:  # gone (its fit ended, or it died): a dedicated host then
+        logger.debug("no shared executor host %s", name, exc_info=True)
+        _warn_once(
+            "ray_tt_ext: the Tuner's shared executor host is gone (it died, or its "
+            "fit ended): this trial's remote executor gets a host of its own."
+        )
+        return None
+
+
+# ---------------------------------------------------------------------------
+# The proxy (coordinator)
+# ---------------------------------------------------------------------------
 
 
 class ExecutorActorDiedError(RuntimeError):
-    """The remote BackendExecutor actor died; the trial fails (and may retry)."""
+    """The remote BackendExecutor's host actor died; the trial fails (and may retry)."""
 
 
 class RemoteBackendExecutor:
-    """Drop-in for Ray's ``BackendExecutor`` that runs it in a zero-CPU actor.
+    """Drop-in for Ray's ``BackendExecutor`` that runs it in a zero-CPU host actor.
 
-    Same constructor and methods as Ray's ``BackendExecutor`` (Ray 2.40 ..
-    2.60). Created and called by the coordinator (the trial actor); each call
-    blocks until the actor answers. Errors raised by the real executor are
-    raised again here as the local executor raises them: the same exception
-    type and message, and an error in the user's training function as Ray's
+    Same constructor, methods and public attributes as Ray's
+    ``BackendExecutor`` (Ray 2.40 .. 2.60). Created and called by the
+    coordinator (the trial actor); each call blocks until the host answers.
+    Errors raised by the real executor are raised again here as the local
+    executor raises them: the same exception type, message and cause (after
+    ``shutdown()``, ``InactiveWorkerGroupError``; a worker that dies,
+    ``TrainingWorkerError`` from ``get_next_results`` after Ray's restart), and
+    an error in the user's training function as Ray's
     ``StartTracebackWithWorkerRank`` with the user's error as its cause, so
     ``TrainingIterator``'s error handling (final run status, the user's error
-    in ``Result.error``) works as with the local executor. A training
-    worker's death is the worker's ``ActorDiedError``; only the executor
-    actor's own death is :class:`ExecutorActorDiedError`, raised at once (no
-    call waits on a dead actor).
+    in ``Result.error``) works as with the local executor. Only the host's own
+    death is :class:`ExecutorActorDiedError`, raised at once (no call waits on
+    a dead actor).
+
+    After ``shutdown()`` it can ``start()`` again, as Ray's can. :meth:`close`
+    (ray_tt_ext's trainers call it when their training loop ends) also gives
+    back its place in the host (a dedicated host goes).
     """
 
     _executor_cls: type[Any] = _PrefetchingBackendExecutor
@@ -414,41 +855,102 @@ class RemoteBackendExecutor:
         resources_per_worker: Optional[dict[str, float]] = None,
         max_retries: int = 3,
     ):
-        self._actor = _create_executor_actor(
-            self._executor_cls,
-            dict(
-                backend_config=backend_config,
-                trial_info=trial_info,
-                num_workers=num_workers,
-                resources_per_worker=resources_per_worker,
-                max_retries=max_retries,
-            ),
+        # Ray's public attributes, here as on Ray's executor.
+        self._backend_config = backend_config
+        self._backend = backend_config.backend_cls()
+        self._kwargs = dict(
+            backend_config=backend_config,
+            trial_info=trial_info,
+            num_workers=num_workers,
+            resources_per_worker=resources_per_worker,
+            max_retries=max_retries,
+        )
+        self._actor: Any = None
+        self._dedicated = False
+        self._session = uuid.uuid4().hex
+        self._open()
+
+    def _open(self) -> None:
+        """Open this executor's session: in the shared host, else a dedicated one."""
+        placement_group = get_current_placement_group()
+        if placement_group is not None and _compat.captures_child_tasks():
+            borrowed = _compat.BorrowedPlacementGroup.of(placement_group)
+        else:  # Ray's executor would make a placement group of its own
+            borrowed = None
+        args = (self._session, self._executor_cls, self._kwargs, borrowed)
+        data_context = _compat.data_context_if_used()
+        host = _shared_host()
+        if host is not None:
+            self._actor, self._dedicated = host, False
+            try:
+                opened = self._wait(
+                    "__init__",
+                    lambda actor: actor.open.remote(
+                        *args,
+                        data_context=data_context,
+                        coordinator=_compat.current_actor_or_none(),
+                        env=_compat.executor_env(),
+                    ),
+                )
+            except ExecutorActorDiedError:
+                opened = False  # the shared host died meanwhile
+            if opened:
+                return
+            _warn_once(
+                "ray_tt_ext: a trial's remote executor got a host of its own: the "
+                "node's shared host is full (64 trials), gone, or runs with other "
+                "Train executor environment variables (TRAIN_ENABLE_*). It works the "
+                "same, at the cost of one more actor process."
+            )
+        host = _RemoteBackendExecutor.options(**_scheduling_options()).remote(capacity=1)
+        self._actor, self._dedicated = host, True
+        self._wait(
+            "__init__", lambda actor: actor.open.remote(*args, data_context=data_context)
         )
 
     @property
     def actor(self) -> Any:
-        """The executor actor's handle (None after shutdown)."""
+        """The host actor's handle (None after :meth:`close`)."""
         return self._actor
 
+    @property
+    def session(self) -> str:
+        """This executor's session id in its host."""
+        return self._session
+
+    @property
+    def shares_host(self) -> bool:
+        """Whether its host is a Tuner's shared host (else a dedicated one)."""
+        return self._actor is not None and not self._dedicated
+
+    @property
+    def worker_group(self) -> Any:
+        """Ray's ``BackendExecutor.worker_group``: a copy of the host's (handles
+        to the same workers), or an ``InactiveWorkerGroup`` when not started."""
+        return self.get_worker_group()
+
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
-        return self._wait(method, lambda actor: actor.call.remote(method, args, kwargs))
+        session = self._session
+        return self._wait(
+            method, lambda actor: actor.call.remote(session, method, args, kwargs)
+        )
 
     def _wait(self, method: str, submit: Callable[[Any], Any]) -> Any:
-        """The result of ``submit(actor)``, the executor actor's call for ``method``."""
-        if self._actor is None:
-            raise ExecutorActorDiedError(
-                f"RemoteBackendExecutor.{method}() called after shutdown()."
-            )
+        """The result of ``submit(actor)``, the host's call for ``method``."""
+        if self._actor is None:  # closed: inactive, as Ray's after shutdown
+            raise _compat.InactiveWorkerGroupError()
         try:
             return ray.get(submit(self._actor))
         except RayTaskError as e:
-            # The executor is alive and raised: re-raise what it raised, as a
+            # The host is alive and raised: re-raise what it raised, as a
             # local executor would. Checked before RayActorError: a worker's
             # death re-raised by the executor is a RayTaskError(ActorDiedError),
-            # which is a RayActorError too, but names the worker, not the executor.
+            # which is a RayActorError too, but names the worker, not the host.
             cause = getattr(e, "cause", None)
             if isinstance(cause, _TrainingWorkerError):
                 raise cause.as_start_traceback() from cause.error
+            if isinstance(cause, _CarriedError):
+                raise cause.error from cause.cause
             if isinstance(cause, BaseException):
                 raise cause from None
             raise
@@ -468,6 +970,9 @@ class RemoteBackendExecutor:
         train_cls_args: Optional[tuple] = None,
         train_cls_kwargs: Optional[dict] = None,
     ) -> None:
+        if self._actor is None:  # after close(): a new session
+            self._session = uuid.uuid4().hex
+            self._open()
         self._call(
             "start",
             initialization_hook=initialization_hook,
@@ -480,8 +985,11 @@ class RemoteBackendExecutor:
         self._call("start_training", *args, **kwargs)
 
     def get_next_results(self) -> Optional[list[Any]]:
-        # Every report: the actor's method without arguments to serialize.
-        return self._wait("get_next_results", lambda actor: actor.get_next_results.remote())
+        # Every report: the host's method with the least to serialize.
+        session = self._session
+        return self._wait(
+            "get_next_results", lambda actor: actor.get_next_results.remote(session)
+        )
 
     def pause_reporting(self) -> None:
         self._call("pause_reporting")
@@ -496,19 +1004,44 @@ class RemoteBackendExecutor:
         return self._actor is not None and self._call("is_started")
 
     def get_worker_group(self) -> Any:
+        if self._actor is None:
+            return _compat.InactiveWorkerGroup()
         return self._call("get_worker_group")
 
     def _get_num_failures(self) -> int:
         return self._call("_get_num_failures")
 
     def shutdown(self, graceful_termination: bool = True) -> None:
-        """Shut the workers down, then the executor actor. Idempotent."""
+        """Shut the workers down, as Ray's (the session stays: ``start()`` may follow)."""
         if self._actor is None:
             return
         try:
             self._call("shutdown", graceful_termination=graceful_termination)
         except ExecutorActorDiedError:
-            pass  # its workers died with it (the actor owned them)
+            pass  # its workers died with it (the host owned them)
+
+    def close(self) -> None:
+        """Shut down by force what still runs and give the session back. Idempotent.
+
+        A dedicated host goes with it. Runs in the coordinator.
+        """
+        host, self._actor = self._actor, None
+        if host is None:
+            return
+        try:
+            ray.get(host.close.remote(self._session))
+        except (RayActorError, RayTaskError):
+            pass  # the host is gone, and the workers with it
         finally:
-            ray.kill(self._actor, no_restart=True)
-            self._actor = None
+            if self._dedicated:
+                ray.kill(host, no_restart=True)
+
+    def __del__(self) -> None:
+        # A session nobody closed (direct use): give it back, without waiting.
+        # A dedicated host goes by itself with its last handle.
+        host = getattr(self, "_actor", None)
+        if host is not None and not getattr(self, "_dedicated", True):
+            try:
+                host.close.remote(self._session)
+            except Exception:
+                pass

@@ -29,7 +29,12 @@ from ray_tt_ext._compat import (
     FunctionTrainable,
     PlacementGroupFactory,
 )
-from ray_tt_ext._executor import ExecutorActorDiedError, RemoteBackendExecutor
+from ray_tt_ext._executor import (
+    ExecutorActorDiedError,
+    RemoteBackendExecutor,
+    hosts_name,
+    using_hosts,
+)
 from ray_tt_ext._params import ObjectStoreParams, owned_by
 from ray_tt_ext._payload import check_registered_payload
 from ray_tt_ext._storage import checkpoint_policy_installed
@@ -93,7 +98,8 @@ def _train_coordinator_fn(
     2.60). It builds a new trainer of ``trainer_cls`` from ``config`` (the
     constructor arguments merged with Tune's hyperparameters) and runs its
     training loop. It takes no ``self`` and no bound method, so nothing of the
-    driver's trainer instance is captured.
+    driver's trainer instance is captured. A remote executor looks for the
+    shared executor hosts of the trial's experiment (its Tuner's).
     """
     _compat.ensure_train_v1()
     trainer = trainer_cls(**config)
@@ -106,7 +112,9 @@ def _train_coordinator_fn(
         trainer.starting_checkpoint = checkpoint
     trainer.datasets = {k: d() if callable(d) else d for k, d in trainer.datasets.items()}
     trainer.setup()
-    with _executors_shut_down(trainer):
+    storage = getattr(_compat.get_session(), "storage", None)
+    hosts = hosts_name(storage.experiment_fs_path) if storage is not None else None
+    with _executors_shut_down(trainer), using_hosts(hosts):
         trainer.training_loop()
 
 
@@ -152,7 +160,8 @@ def _executors_shut_down(trainer: Any) -> Iterator[None]:
 
 def _shut_down(executors: list[Any], graceful: bool, quiet: bool) -> None:
     """Shut down the executors still started (Ray 2.40's ``shutdown`` is not
-    idempotent: a second call fails on the inactive worker group)."""
+    idempotent: a second call fails on the inactive worker group), then close
+    remote ones (their place in the host goes back)."""
     for executor in executors:
         try:
             if executor.is_started():
@@ -163,6 +172,9 @@ def _shut_down(executors: list[Any], graceful: bool, quiet: bool) -> None:
             if not quiet:
                 raise
             logger.warning("Shutting down the trainer's executor failed", exc_info=True)
+        finally:
+            if isinstance(executor, RemoteBackendExecutor):
+                executor.close()
 
 
 #: How long a stopped trial waits for its trainer's graceful shutdown (seconds).
@@ -191,6 +203,8 @@ class _TrainCoordinator(FunctionTrainable):
     _base_scaling_config: AirScalingConfig
     _has_base_dataset = False
     _dataset_context: Any = None
+    #: The trainer runs a remote executor (its Tuner starts shared hosts).
+    _remote_executor = False
 
     @classmethod
     def has_base_dataset(cls) -> bool:
@@ -296,6 +310,7 @@ def _make_trainable_cls(trainer: _compat.BaseTrainer) -> type[_TrainCoordinator]
         from ray.data.context import DataContext
 
         dataset_context = DataContext.get_current()
+    executor_cls = getattr(trainer, "_backend_executor_cls", None)
     attrs = {
         "_name": trainer_cls.__name__,
         "_trainer_cls": trainer_cls,
@@ -303,6 +318,8 @@ def _make_trainable_cls(trainer: _compat.BaseTrainer) -> type[_TrainCoordinator]
         "_base_scaling_config": trainer.scaling_config,
         "_has_base_dataset": bool(trainer.datasets),
         "_dataset_context": dataset_context,
+        "_remote_executor": isinstance(executor_cls, type)
+        and issubclass(executor_cls, RemoteBackendExecutor),
         "_handles_checkpoint_freq": trainer_cls._handles_checkpoint_freq,
         "_handles_checkpoint_at_end": trainer_cls._handles_checkpoint_at_end,
         "__module__": __name__,

@@ -10,6 +10,7 @@ the client-server node, with Train V1 enabled in its environment.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import Any, Optional, Union
@@ -20,6 +21,7 @@ import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
+from ray_tt_ext._executor import ExecutorHosts
 from ray_tt_ext._payload import check_registered_payload, resolve_payload_limit
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
 from ray_tt_ext._trainer import conversion
@@ -162,16 +164,38 @@ class _TunerInternal(TunerInternal):
     def fit(self):
         """Guard the payload, install the checkpoint policy, run Tune.
 
+        With a trainer whose ``remote_executor`` is on, the trials share one
+        executor host per node for the length of the fit.
+
         Extends Ray's ``TunerInternal.fit``; runs on the driver (or the Ray
         Client Tuner actor).
         """
         trainable = self.converted_trainable
         if not isinstance(trainable, str):
             self._guard(trainable)
-        with checkpoint_policy_installed(
-            self._run_config.checkpoint_config, self._storage_context_cls
+        with (
+            checkpoint_policy_installed(
+                self._run_config.checkpoint_config, self._storage_context_cls
+            ),
+            self._executor_hosts(trainable),
         ):
             return super().fit()
+
+    def _executor_hosts(self, trainable: Any) -> Any:
+        """The fit's shared executor hosts, for a trainer with a remote executor.
+
+        Named after the experiment's folder, which the trials know too (the
+        trainable's registered class may be another Tuner's of the same name).
+        Runs on the driver (or the Ray Client Tuner actor).
+        """
+        if not getattr(trainable, "_remote_executor", False):
+            return contextlib.nullcontext()
+        path = _compat.experiment_fs_path(
+            self._run_config.storage_path,
+            self._run_config.storage_filesystem,
+            self._run_config.name,
+        )
+        return ExecutorHosts(path).running()
 
 
 class _ClientTunerInternal(_TunerInternal):

@@ -46,6 +46,9 @@ class Counter:
     def value(self, key: str) -> Any:
         return self.counts.get(key)
 
+    def append(self, key: str, value: Any) -> None:
+        self.counts.setdefault(key, []).append(value)
+
 
 def get_or_create_counter(node_id: Optional[str] = None):
     """The counter actor, detached: it lives as long as the Ray cluster the test uses.
@@ -218,15 +221,16 @@ class RecordingRemoteBackendExecutor(ray_tt_ext.RemoteBackendExecutor):
     def start(self, *args: Any, **kwargs: Any) -> None:
         super().start(*args, **kwargs)
         ctx = ray.get_runtime_context()
-        info = ray.get(self.actor.placement_info.remote())
-        record(
-            self.record_key,
-            {
-                "coordinator_node": ctx.get_node_id(),
-                "coordinator_pg": ctx.get_placement_group_id(),
-                **info,
-            },
-        )
+        info = ray.get(self.actor.placement_info.remote(self.session))
+        info["shares_host"] = self.shares_host
+        info = {
+            "coordinator_node": ctx.get_node_id(),
+            "coordinator_pg": ctx.get_placement_group_id(),
+            **info,
+        }
+        record(self.record_key, info)  # the latest
+        counter = ray.get_actor(COUNTER_NAME, namespace=COUNTER_NAMESPACE)
+        ray.get(counter.append.remote(f"{self.record_key}s", info))  # every one
 
 
 class RecordingTrainer(ray_tt_ext.DataParallelTrainer):

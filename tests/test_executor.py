@@ -33,7 +33,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_tt_ext
 from ray_tt_ext import RemoteBackendExecutor, Tuner
-from ray_tt_ext._compat import BackendExecutor
+from ray_tt_ext._compat import BackendExecutor, InactiveWorkerGroupError
 from ray_tt_ext._executor import (
     BackendExecutorHost,
     _PrefetchingBackendExecutor,
@@ -86,18 +86,43 @@ def _assert_nothing_leaked(timeout: float = 30.0) -> None:
 
 
 def test_host_is_a_plain_class_testable_in_process(ray_start_4_cpus):
-    host = BackendExecutorHost(
-        BackendExecutor, dict(backend_config=BackendConfig(), num_workers=1, max_retries=0)
+    host = BackendExecutorHost()
+    opened = host.open(
+        "s1",
+        BackendExecutor,
+        dict(backend_config=BackendConfig(), num_workers=1, max_retries=0),
     )
-    assert host.call("is_started", (), {}) is False
-    host.call("start", (), {})
+    assert opened is True
+    assert host.call("s1", "is_started", (), {}) is False
+    host.call("s1", "start", (), {})
     try:
-        assert host.call("is_started", (), {}) is True
-        assert len(host.call("get_worker_group", (), {})) == 1
+        assert host.call("s1", "is_started", (), {}) is True
+        assert len(host.call("s1", "get_worker_group", (), {})) == 1
+        assert host.placement_info("s1")["sessions"] == 1
     finally:
-        host.call("shutdown", (), {})
-    assert host.call("is_started", (), {}) is False
+        host.call("s1", "shutdown", (), {})
+    assert host.call("s1", "is_started", (), {}) is False
+    host.close("s1")
+    assert host.sessions() == 0
+    with pytest.raises(InactiveWorkerGroupError):  # a closed session is inactive
+        host.call("s1", "start", (), {})
     assert host.placement_info()["node_id"] == ray.get_runtime_context().get_node_id()
+
+
+def test_a_full_host_or_other_executor_settings_refuse_a_session(ray_start_4_cpus):
+    host = BackendExecutorHost(capacity=1)
+    kwargs = dict(backend_config=BackendConfig(), num_workers=1, max_retries=0)
+    assert host.open("a", BackendExecutor, kwargs) is True
+    assert host.open("b", BackendExecutor, kwargs) is False  # full
+    host.close("a")
+    # Ray's executor reads these variables in its own process: a caller whose
+    # values differ gets a host of its own (with its values), not this one.
+    other_env = {"TRAIN_ENABLE_WORKER_SPREAD": "1"}
+    assert host.open("c", BackendExecutor, kwargs, env=other_env) is False
+    from ray_tt_ext._compat import executor_env
+
+    assert host.open("d", BackendExecutor, kwargs, env=executor_env()) is True
+    host.close("d")
 
 
 def _three_reports():
@@ -199,6 +224,9 @@ def test_graceful_shutdown_with_an_early_request_runs_cleanup_and_writes_nothing
     pids = recorded(key)
     assert pids is not None, "the backend's on_shutdown did not run"
     assert len(set(pids)) == 2
+    assert not alive_actors("RayTrainWorker")
+    # As Ray's, it could start() again; its dedicated host goes with its last handle.
+    del executor
     _assert_nothing_leaked()
     time.sleep(min(step_s, 5.0) + 2.0)  # past the step's end, had a worker lived on
     trial_dir = Path(storage_path, "exp", "trial")
@@ -208,7 +236,8 @@ def test_graceful_shutdown_with_an_early_request_runs_cleanup_and_writes_nothing
     assert written == []
 
 
-def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus):
+def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus, monkeypatch):
+    monkeypatch.setenv("TRAIN_ENABLE_WORKER_SPREAD", "1")
     options = _scheduling_options()
     assert options["num_cpus"] == 0 and options["num_gpus"] == 0
     assert options["max_restarts"] == 0
@@ -216,20 +245,25 @@ def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus):
     assert isinstance(strategy, NodeAffinitySchedulingStrategy)
     assert strategy.node_id == ray.get_runtime_context().get_node_id()
     assert strategy.soft is False
-    assert options["runtime_env"]["env_vars"]["RAY_TRAIN_V2_ENABLED"] == "0"
+    env_vars = options["runtime_env"]["env_vars"]
+    assert env_vars["RAY_TRAIN_V2_ENABLED"] == "0"
+    assert env_vars["TRAIN_ENABLE_WORKER_SPREAD"] == "1"  # the caller's, as Ray reads it
 
 
-def test_remote_executor_runs_in_a_zero_cpu_actor_in_the_trials_bundle(
+def test_remote_executor_runs_in_a_zero_cpu_shared_host_and_its_workers_in_the_trial(
     ray_start_4_cpus, storage_path
 ):
     get_or_create_counter()
     result = _run(storage_path, "placed", trainer_cls=RecordingTrainer)
     assert result.error is None
     info = recorded("executor")
+    assert info["shares_host"] is True  # the Tuner's host on this node
     assert info["node_id"] == info["coordinator_node"]
-    assert info["placement_group_id"] == info["coordinator_pg"] is not None
+    assert info["placement_group_id"] is None  # the host is outside every trial
     assert info.get("assigned_resources", {}).get("CPU", 0) == 0
     assert info["pid"] != os.getpid()
+    # The workers are in the trial's placement group, as with Ray's executor.
+    assert info["worker_placement_group_ids"] == [info["coordinator_pg"]] * 2
     _assert_nothing_leaked()
 
 
@@ -486,3 +520,199 @@ def test_remote_executor_flag_is_checked(ray_start_4_cpus):
     assert (
         ray_tt_ext.DataParallelTrainer(report_loop)._backend_executor_cls is BackendExecutor
     )
+
+
+# -- The Tuner's shared executor host (issue 22) ------------------------------------
+
+
+def _no_placement_group_left(timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        alive = [
+            pg
+            for pg in ray.util.placement_group_table().values()
+            if pg["state"] not in ("REMOVED",)
+        ]
+        if not alive or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert not alive, alive
+
+
+def failing_or_reporting_loop(config):
+    """Reports 3 times, with a second's step; raises at step 1 if ``fail``."""
+    for step in range(3):
+        time.sleep(1.0)
+        if config.get("fail") and step == 1:
+            raise ValueError("this trial's own error")
+        ray.train.report({"step": step})
+
+
+def test_trials_share_one_host_and_one_trials_error_leaves_the_others_alone(
+    ray_start_4_cpus, storage_path
+):
+    counter = get_or_create_counter()
+    ray.get(counter.put.remote("executors", []))
+    trainer = RecordingTrainer(
+        failing_or_reporting_loop,
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        remote_executor=True,
+    )
+    results = Tuner(
+        trainer,
+        param_space={
+            "train_loop_config": {"fail": ray.tune.grid_search([False, True, False, False])}
+        },
+        run_config=tune_api.RunConfig(storage_path=storage_path, name="shared", verbose=0),
+    ).fit()
+    by_fail = sorted(results, key=lambda r: r.config["train_loop_config"]["fail"])
+    assert [r.error is None for r in by_fail] == [True, True, True, False]
+    assert "this trial's own error" in str(by_fail[-1].error)
+    assert [r.metrics["step"] for r in by_fail[:3]] == [2, 2, 2]
+    executors = recorded("executors")
+    assert len(executors) == 4
+    assert all(e["shares_host"] for e in executors)
+    assert len({e["pid"] for e in executors}) == 1  # one host for every trial
+    # Trials ran side by side on it (4 CPUs, 1-CPU workers, 0-CPU coordinators).
+    assert max(e["sessions"] for e in executors) >= 2
+    # Each trial's workers were in its own placement group.
+    assert all(e["worker_placement_group_ids"] == [e["coordinator_pg"]] for e in executors)
+    assert len({e["coordinator_pg"] for e in executors}) == 4
+    _assert_nothing_leaked()  # nothing outlives the Tuner
+    _no_placement_group_left()
+
+
+def kill_host_when_both_run_loop(config):
+    """Rank 0 SIGKILLs the shared host once, at step 1, when both trials run."""
+    from helpers import alive_actors as _alive
+
+    start = resume_step(ray.train.get_checkpoint())
+    for step in range(start, 3):
+        if step == 1 and not os.path.exists(config["marker"]):
+            deadline = time.monotonic() + 60
+            while len(_alive("RayTrainWorker")) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)  # until the other trial's worker runs too
+            if not os.path.exists(config["marker"]):
+                Path(config["marker"]).touch()
+                for actor in _alive("BackendExecutorHost"):
+                    os.kill(actor["Pid"], signal.SIGKILL)
+            time.sleep(30)  # the worker dies with its owner long before this
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            Path(d, "state.json").write_text(json.dumps({"step": step}))
+            ray.train.report(
+                {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d)
+            )
+
+
+def test_a_shared_host_that_dies_is_an_executor_death_for_each_of_its_trials(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    marker = str(tmp_path / "killed")
+    counter = get_or_create_counter()
+    ray.get(counter.put.remote("executors", []))
+    trainer = RecordingTrainer(
+        kill_host_when_both_run_loop,
+        train_loop_config={"marker": marker},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        remote_executor=True,
+    )
+    results = Tuner(
+        trainer,
+        tune_config=ray.tune.TuneConfig(num_samples=2),
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name="host_killed",
+            verbose=0,
+            failure_config=tune_api.FailureConfig(max_failures=1),
+        ),
+    ).fit()
+    assert os.path.exists(marker)
+    for result in results:
+        assert result.error is None, result.error
+        assert result.metrics["step"] == 2
+        # Each trial failed once (the host's death) and resumed from its checkpoint.
+        steps = list(result.metrics_dataframe["step"])
+        assert steps[0] == 0 and steps[-1] == 2
+    # Both trials ran on the shared host when it died; each retried once, on a
+    # host of its own (the Tuner's is gone).
+    shared = [e["shares_host"] for e in recorded("executors")]
+    assert sorted(shared) == [False, False, True, True], shared
+    _assert_nothing_leaked()
+    _no_placement_group_left()
+
+
+@ray.remote(num_cpus=0)
+class _Coordinator:
+    def ping(self) -> int:
+        return 1
+
+
+def test_a_shared_host_ends_the_session_of_a_coordinator_that_dies(
+    ray_start_4_cpus, tmp_path
+):
+    from ray_tt_ext._executor import ExecutorHosts
+
+    kwargs = dict(backend_config=BackendConfig(), num_workers=1, max_retries=0)
+    hosts = ExecutorHosts(str(tmp_path))
+    with hosts.running():
+        host = ray.get_actor(hosts.name)
+        doomed, other = _Coordinator.remote(), _Coordinator.remote()
+        ray.get([doomed.ping.remote(), other.ping.remote()])
+        for sid, coordinator in (("doomed", doomed), ("other", other)):
+            assert ray.get(
+                host.open.remote(
+                    sid, _PrefetchingBackendExecutor, kwargs, coordinator=coordinator
+                )
+            )
+            ray.get(host.call.remote(sid, "start", (), {}))
+        assert len(alive_actors("RayTrainWorker")) == 2
+        ray.kill(doomed)
+        deadline = time.monotonic() + 30
+        while ray.get(host.sessions.remote()) > 1 and time.monotonic() < deadline:
+            time.sleep(0.5)
+        assert ray.get(host.sessions.remote()) == 1
+        assert len(alive_actors("RayTrainWorker")) == 1  # the doomed session's went
+        assert ray.get(host.call.remote("other", "is_started", (), {})) is True
+    _assert_nothing_leaked()
+
+
+def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, storage_path):
+    import threading
+
+    counter = get_or_create_counter()
+    ray.get(counter.put.remote("executors", []))
+    results, errors = {}, []
+
+    def fit(name, delay):
+        try:
+            # Tune's trainable registry is not thread-safe at the same instant
+            # (Ray's own Tuners too, see test_storage): a moment apart.
+            time.sleep(delay)
+            trainer = RecordingTrainer(
+                failing_or_reporting_loop,
+                scaling_config=ray.train.ScalingConfig(num_workers=1),
+                remote_executor=True,
+            )
+            results[name] = Tuner(
+                trainer,
+                run_config=tune_api.RunConfig(
+                    storage_path=storage_path, name=name, verbose=0
+                ),
+            ).fit()[0]
+        except BaseException as e:  # reported below, with the thread's name
+            errors.append((name, e))
+
+    threads = [threading.Thread(target=fit, args=(f"thread{i}", i)) for i in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=150)
+    assert not errors, errors
+    assert sorted(results) == ["thread0", "thread1"]
+    assert all(r.error is None and r.metrics["step"] == 2 for r in results.values())
+    executors = recorded("executors")
+    assert all(e["shares_host"] for e in executors)
+    assert len({e["pid"] for e in executors}) == 2  # a host per Tuner
+    _assert_nothing_leaked()

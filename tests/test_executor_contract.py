@@ -1,0 +1,278 @@
+"""RemoteBackendExecutor keeps Ray's BackendExecutor contract (seed 002, issue 22).
+
+Each test drives an executor directly, as Ray Train's own unit tests
+(``python/ray/train/tests/test_backend.py``) drive Ray's, and runs the same
+assertions against Ray's ``BackendExecutor`` and ``ray_tt_ext``'s
+``RemoteBackendExecutor``: Ray's behaviour is the contract.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+
+import pytest
+import ray
+from helpers import alive_actors
+from ray.train import DataConfig
+from ray.train.backend import BackendConfig
+from ray.util.placement_group import placement_group, remove_placement_group
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from ray_tt_ext import RemoteBackendExecutor
+from ray_tt_ext._compat import (
+    BackendExecutor,
+    InactiveWorkerGroup,
+    InactiveWorkerGroupError,
+    StorageContext,
+    TrainingWorkerError,
+    get_session,
+)
+
+pytestmark = pytest.mark.timeout(180)
+
+EXECUTORS = {"rays_executor": BackendExecutor, "remote_executor": RemoteBackendExecutor}
+
+
+@pytest.fixture(params=sorted(EXECUTORS))
+def executor_cls(request):
+    return EXECUTORS[request.param]
+
+
+def _start_training(executor, fn) -> None:
+    """As Ray's test_backend.py starts training."""
+    executor.start_training(
+        train_func=fn,
+        datasets={},
+        metadata={},
+        data_config=DataConfig(),
+        storage=StorageContext(
+            storage_path=tempfile.mkdtemp(),
+            experiment_dir_name="exp_name",
+            trial_dir_name="trial_name",
+        ),
+    )
+
+
+def _no_executor_left(timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive_actors("RayTrainWorker"):
+            return
+        time.sleep(0.5)
+    raise AssertionError("training workers still alive")
+
+
+def test_start_builds_the_worker_group(ray_start_4_cpus, executor_cls):
+    # Ray's test_start.
+    e = executor_cls(BackendConfig(), num_workers=2)
+    with pytest.raises(InactiveWorkerGroupError):
+        _start_training(e, lambda: 1)
+    e.start()
+    try:
+        assert len(e.worker_group) == 2
+        assert e.is_started()
+    finally:
+        e.shutdown()
+
+
+def test_after_shutdown_the_worker_group_is_inactive_and_start_works_again(
+    ray_start_4_cpus, executor_cls
+):
+    # Ray's test_shutdown, then what Ray's executor does after it.
+    e = executor_cls(BackendConfig(), num_workers=2)
+    e.start()
+    assert len(e.worker_group) == 2
+    e.shutdown()
+    assert not e.is_started()
+    with pytest.raises(InactiveWorkerGroupError):
+        _start_training(e, lambda: 1)
+    for call in (e.get_next_results, e.pause_reporting, e.finish_training):
+        with pytest.raises(InactiveWorkerGroupError):
+            call()
+    assert isinstance(e.get_worker_group(), InactiveWorkerGroup)
+    assert e._get_num_failures() == 0
+    e.start()  # a new worker group, as Ray's executor starts one
+    try:
+        _start_training(e, _reports_twice)
+        assert [r.metrics["i"] for r in e.get_next_results()] == [0, 0]
+        assert [r.metrics["i"] for r in e.get_next_results()] == [1, 1]
+        assert e.get_next_results() is None
+        assert e.finish_training() == [7, 7]
+    finally:
+        e.shutdown()
+    _no_executor_left()
+
+
+def _reports_twice():
+    import ray.train
+
+    for i in range(2):
+        ray.train.report({"i": i})
+    return 7
+
+
+def test_close_ends_a_remote_executor_and_its_dedicated_host(ray_start_4_cpus):
+    e = RemoteBackendExecutor(BackendConfig(), num_workers=1)
+    assert not e.shares_host  # made outside a Tuner's trial
+    e.start()
+    host_id = e.actor._actor_id.hex()
+    e.close()
+    assert e.actor is None and not e.is_started()
+    with pytest.raises(InactiveWorkerGroupError):
+        e.get_next_results()
+
+    def host_alive():
+        return any(a["ActorID"] == host_id for a in alive_actors("BackendExecutorHost"))
+
+    deadline = time.monotonic() + 30
+    while host_alive() and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert not host_alive()
+
+
+def _rank0_dies_at_once():
+    """Ray's single_worker_actor_failure: rank 0 exits at once, the other sleeps."""
+    if get_session().world_rank == 0:
+        os._exit(1)
+    time.sleep(1)
+
+
+def test_a_worker_dying_as_training_starts_fails_get_next_results(
+    ray_start_4_cpus, executor_cls
+):
+    # Ray's test_single_worker_actor_failure: start_training returns, and
+    # get_next_results raises TrainingWorkerError after restarting the group.
+    e = executor_cls(BackendConfig(), num_workers=2, max_retries=3)
+    e.start()
+    try:
+        _start_training(e, _rank0_dies_at_once)
+        with pytest.raises(TrainingWorkerError):
+            e.get_next_results()
+        assert e._get_num_failures() == 1
+        assert e.is_started() and len(e.worker_group) == 2  # restarted, as Ray does
+    finally:
+        e.shutdown()
+    _no_executor_left()
+
+
+def test_out_of_retries_raises_rays_error_with_its_cause(ray_start_4_cpus, executor_cls):
+    e = executor_cls(BackendConfig(), num_workers=2, max_retries=1)
+    e.start()
+    try:
+        _start_training(e, _rank0_dies_at_once)
+        with pytest.raises(
+            RuntimeError, match="Training has failed after 1 attempts"
+        ) as info:
+            e.get_next_results()
+        # The worker's death is the cause, with either executor.
+        assert isinstance(info.value.__cause__, ray.exceptions.RayActorError)
+    finally:
+        e.shutdown()
+    _no_executor_left()
+
+
+@ray.remote(num_cpus=1)
+def _workers_placement(executor_name: str):
+    """In a task: where an executor built here starts its workers."""
+    e = EXECUTORS[executor_name](BackendConfig(), num_workers=2)
+    e.start()
+    try:
+        ids = e.worker_group.execute(
+            lambda: ray.get_runtime_context().get_placement_group_id()
+        )
+        # And where a task the training workers start goes (zero CPU: it fits a
+        # bundle of the caller's full group if it joins it).
+        child_ids = e.worker_group.execute(_a_task_placement_group)
+    finally:
+        e.shutdown()
+    return ray.get_runtime_context().get_placement_group_id(), ids, child_ids
+
+
+def _a_task_placement_group():
+    @ray.remote(num_cpus=0)
+    def where():
+        return ray.get_runtime_context().get_placement_group_id()
+
+    return ray.get(where.remote())
+
+
+@pytest.mark.parametrize("executor_name", sorted(EXECUTORS))
+@pytest.mark.parametrize("capture", [True, False], ids=["capture", "no_capture"])
+def test_workers_go_where_the_callers_placement_group_says(
+    ray_start_4_cpus, executor_name, capture
+):
+    # Ray's test_placement_group_parent: with capture the workers join the
+    # caller's placement group; without, the executor makes one of its own.
+    pg = placement_group([{"CPU": 1}] * (3 if capture else 1))
+    ray.get(pg.ready())
+    try:
+        task = _workers_placement.options(
+            scheduling_strategy=PlacementGroupSchedulingStrategy(
+                placement_group=pg, placement_group_capture_child_tasks=capture
+            )
+        )
+        own, workers, children = ray.get(task.remote(executor_name))
+    finally:
+        remove_placement_group(pg)
+    assert own == pg.id.hex()
+    if capture:  # the workers capture theirs in turn
+        assert workers == [pg.id.hex()] * 2
+        assert children == [pg.id.hex()] * 2
+    else:
+        assert len(set(workers)) == 1 and workers[0] not in (None, pg.id.hex())
+        assert children == [None, None]
+    _no_executor_left()
+
+
+def test_the_backend_and_its_config_are_there_to_call(ray_start_4_cpus, executor_cls):
+    # Ray's test_torch_start_shutdown: the caller runs the backend's shutdown
+    # itself, on the executor's worker group.
+    torch = pytest.importorskip("torch")
+    from ray.train.torch import TorchConfig
+
+    def process_group_up():
+        import torch.distributed as dist
+
+        return dist.is_initialized() and dist.get_world_size() == 2
+
+    config = TorchConfig(backend="gloo")
+    e = executor_cls(config, num_workers=2)
+    assert e._backend_config is config
+    e.start()
+    try:
+        _start_training(e, process_group_up)
+        assert all(e.finish_training())
+        e._backend.on_shutdown(e.worker_group, e._backend_config)
+        _start_training(e, process_group_up)
+        assert not any(e.finish_training())
+    finally:
+        e.shutdown()
+    assert torch  # imported on the driver only to skip without it
+
+
+def test_the_callers_data_context_reaches_the_workers(ray_start_4_cpus, executor_cls):
+    # Ray's start() gives the workers the DataContext of the process it runs in:
+    # the caller's, for Ray's executor; the remote one sends the caller's along.
+    from ray.data import DataContext
+
+    context = DataContext.get_current()
+    before = context.target_max_block_size
+    context.target_max_block_size = 12_345_678
+    try:
+        e = executor_cls(BackendConfig(), num_workers=2)
+        e.start()
+        try:
+            sizes = e.worker_group.execute(
+                lambda: (
+                    __import__("ray.data")
+                    .data.DataContext.get_current()
+                    .target_max_block_size
+                )
+            )
+        finally:
+            e.shutdown()
+    finally:
+        context.target_max_block_size = before
+    assert sizes == [12_345_678] * 2
