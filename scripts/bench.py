@@ -17,6 +17,13 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   too), in two setups: ``full`` (``num_cpus=2`` on this 2-core machine: the
   coordinator and one worker fill it) and ``roomy`` (``num_cpus=4``). The goal
   (<= 5% overhead) holds only if it holds in both.
+* ``executor_trials``: short trials of a 1-worker trainer that reports once:
+  upstream Ray, ray_tt_ext with Ray's executor, with ``remote_executor=True``;
+  fit() time and the memory of all Ray processes per running trial (RSS and
+  PSS, sampled from /proc). ``time``: 24 trials (6 with --quick) on
+  ``num_cpus=2``, one at a time; ``memory``: 8 trials at once (4 with --quick).
+  Goals: remote / Ray's executor <= 1.10 in time, <= 50 MiB more memory per
+  running trial.
 * ``s3``: requests to S3 (moto's server on loopback) for one checkpoint and
   one ``Tuner.restore``, ray_tt_ext beside upstream Ray.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
@@ -388,6 +395,218 @@ def bench_executor(quick: bool, storage: str) -> dict[str, Any]:
     return out
 
 
+# -- executor_trials: the remote executor's cost per short trial -----------------------
+
+_TRIAL_FLAVOURS = ("upstream", "rays_executor", "remote_executor")
+
+
+def _one_report_loop(config):
+    time.sleep(config.get("sleep_s", 0.0))  # the memory setup: trials overlap
+    ray.train.report({"done": 1})
+
+
+def _ray_processes() -> list[dict[str, Any]]:
+    """This machine's Ray worker processes (titled ``ray::...``), with their memory.
+
+    From /proc: RSS (``VmRSS``) and PSS (``smaps_rollup``: shared pages split
+    between the processes that map them, so PSS sums to physical memory).
+    """
+    procs = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                title = f.read().split(b"\0")[0].decode(errors="replace")
+            if not title.startswith("ray::"):
+                continue
+            fields = {}
+            with open(f"/proc/{entry}/smaps_rollup") as f:
+                for line in f:
+                    parts = line.split()
+                    if len(parts) >= 2 and parts[0].endswith(":"):
+                        fields[parts[0][:-1]] = int(parts[1])
+        except OSError:  # gone meanwhile
+            continue
+        procs.append(
+            {
+                "title": title,
+                "rss_mib": fields.get("Rss", 0) / 1024,
+                "pss_mib": fields.get("Pss", 0) / 1024,
+            }
+        )
+    return procs
+
+
+def _sample_memory(stop: Any, samples: list) -> None:
+    """Every 0.5 s while trials run: Ray's processes' memory, and how many trials run."""
+    while not stop.wait(0.5):
+        procs = _ray_processes()
+        running = sum("RayTrainWorker" in p["title"] for p in procs)  # 1 worker a trial
+        if not running:
+            continue
+        hosts = [p for p in procs if "BackendExecutorHost" in p["title"]]
+        samples.append(
+            {
+                "running": running,
+                "rss_mib": sum(p["rss_mib"] for p in procs),
+                "pss_mib": sum(p["pss_mib"] for p in procs),
+                "hosts": len(hosts),
+                "host_rss_mib": sum(p["rss_mib"] for p in hosts),
+                "host_pss_mib": sum(p["pss_mib"] for p in hosts),
+            }
+        )
+
+
+def _trials_case(
+    flavour: str, n: int, storage: str, sleep_s: float = 0.0, trainer_cpus: Any = None
+) -> dict[str, Any]:
+    import threading
+
+    scaling = ray.train.ScalingConfig(
+        num_workers=1,
+        trainer_resources=None if trainer_cpus is None else {"CPU": trainer_cpus},
+    )
+    loop_config = {"sleep_s": sleep_s}
+    name = f"trials_{flavour}_{time.time_ns()}"
+    run_config = _compat.TuneRunConfig(storage_path=storage, name=name, verbose=0)
+    tune_config = ray.tune.TuneConfig(num_samples=n)
+    if flavour == "upstream":
+        tuner = ray.tune.Tuner(
+            RayDataParallelTrainer(
+                _one_report_loop, train_loop_config=loop_config, scaling_config=scaling
+            ),
+            tune_config=tune_config,
+            run_config=run_config,
+        )
+    else:
+        tuner = ray_tt_ext.Tuner(
+            ray_tt_ext.DataParallelTrainer(
+                _one_report_loop,
+                train_loop_config=loop_config,
+                scaling_config=scaling,
+                remote_executor=flavour == "remote_executor",
+            ),
+            tune_config=tune_config,
+            run_config=run_config,
+        )
+    stop, samples = threading.Event(), []
+    sampler = threading.Thread(target=_sample_memory, args=(stop, samples), daemon=True)
+    sampler.start()
+    t0 = time.perf_counter()
+    results = tuner.fit()
+    seconds = time.perf_counter() - t0
+    stop.set()
+    sampler.join()
+    assert not results.errors, results.errors
+    mean = {
+        k: statistics.mean(s[k] for s in samples) if samples else 0.0
+        for k in ("running", "rss_mib", "pss_mib", "hosts", "host_rss_mib", "host_pss_mib")
+    }
+    return {"seconds": seconds, "seconds_per_trial": seconds / n, **mean}
+
+
+def _memory_per_running_trial(out: dict[str, Any]) -> None:
+    """Add each flavour's memory per running trial, and what the remote adds."""
+    for measure in ("rss", "pss"):
+        per_trial = {
+            f: out[f][f"{measure}_mib"] / out[f]["running"] if out[f]["running"] else 0.0
+            for f in _TRIAL_FLAVOURS
+        }
+        out[f"{measure}_mib_per_running_trial"] = per_trial
+        out[f"extra_{measure}_mib_per_running_trial"] = (
+            per_trial["remote_executor"] - per_trial["rays_executor"]
+        )
+
+
+def _trials_setup(n: int, num_cpus: int, storage: str, **case: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"trials": n, "num_cpus": num_cpus}
+    for flavour in _TRIAL_FLAVOURS:
+        init_local_ray(num_cpus, log_to_driver=False)
+        try:
+            _progress(f"executor_trials: {flavour}, {n} trials, num_cpus={num_cpus}")
+            out[flavour] = _trials_case(flavour, n, storage, **case)
+        finally:
+            ray.shutdown()
+        _progress(f"executor_trials {flavour}: {out[flavour]['seconds']:.1f} s")
+    _memory_per_running_trial(out)
+    return out
+
+
+def _trials_rows(out: dict[str, Any]) -> list[list[Any]]:
+    return [
+        [
+            f,
+            f"{out[f]['seconds']:.1f}",
+            f"{out[f]['seconds_per_trial']:.2f}",
+            f"{out[f]['running']:.2f}",
+            f"{out['rss_mib_per_running_trial'][f]:.0f}",
+            f"{out['pss_mib_per_running_trial'][f]:.0f}",
+            f"{out[f]['host_rss_mib']:.0f} / {out[f]['host_pss_mib']:.0f}",
+        ]
+        for f in _TRIAL_FLAVOURS
+    ]
+
+
+_TRIALS_HEADER = [
+    "flavour",
+    "fit s",
+    "s/trial",
+    "trials running",
+    "RSS MiB/trial",
+    "PSS MiB/trial",
+    "host RSS / PSS MiB",
+]
+
+
+def bench_executor_trials(quick: bool, storage: str) -> dict[str, Any]:
+    """Short trials with upstream Ray, ray_tt_ext with Ray's executor, with the
+    remote executor, each in a Ray of its own, in two setups. ``time``: N trials
+    (a 1-worker trainer that reports once) on ``num_cpus=2``, one at a time (a
+    trial takes both CPUs). ``memory``: 8 trials at once (0-CPU coordinators,
+    8 logical CPUs, each trial 8 s long), where a shared host is shared. Goals:
+    remote / Ray's executor <= 1.10 in time, and at most 50 MiB more memory per
+    running trial."""
+    n = 6 if quick else 24
+    out: dict[str, Any] = {
+        "time": _trials_setup(n, 2, storage),
+        "memory": _trials_setup(
+            4 if quick else 8, 4 if quick else 8, storage, sleep_s=8.0, trainer_cpus=0
+        ),
+    }
+    timed, memory = out["time"], out["memory"]
+    out["time_ratio"] = (
+        timed["remote_executor"]["seconds"] / timed["rays_executor"]["seconds"]
+    )
+    out["time_ratio_to_upstream"] = (
+        timed["remote_executor"]["seconds"] / timed["upstream"]["seconds"]
+    )
+    out["extra_rss_mib_per_running_trial"] = memory["extra_rss_mib_per_running_trial"]
+    out["extra_pss_mib_per_running_trial"] = memory["extra_pss_mib_per_running_trial"]
+    out["goal_met"] = (
+        out["time_ratio"] <= 1.10 and out["extra_rss_mib_per_running_trial"] <= 50
+    )
+    for setup, data in out.items():
+        if not isinstance(data, dict):
+            continue
+        print(
+            _table(
+                f"{setup}: {data['trials']} short trials, num_cpus={data['num_cpus']}; "
+                f"remote adds {data['extra_rss_mib_per_running_trial']:+.0f} MiB RSS, "
+                f"{data['extra_pss_mib_per_running_trial']:+.0f} MiB PSS per running trial",
+                _TRIALS_HEADER,
+                _trials_rows(data),
+            )
+        )
+    print(
+        f"remote / Ray's executor: {out['time_ratio']:.3f} (time setup), "
+        f"{out['extra_rss_mib_per_running_trial']:+.0f} MiB RSS per running trial "
+        f"(memory setup); goal (<= 1.10x, <= 50 MiB): "
+        f"{'met' if out['goal_met'] else 'NOT met'}"
+    )
+    return out
+
+
 # -- object-store lifetime ----------------------------------------------------------------
 
 
@@ -625,12 +844,13 @@ SECTIONS = {
     "tuner": bench_tuner,
     "inspect": bench_inspect,
     "executor": bench_executor,
+    "executor_trials": bench_executor_trials,
     "lifetime": bench_lifetime,
     "s3": bench_s3,
     "v2_trials": bench_v2_trials,
 }
 # Sections that start (and stop) Ray themselves, in the setups they measure.
-_OWN_RAY = {"executor", "lifetime", "s3", "v2_trials"}
+_OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials"}
 
 
 # -- docs/benchmarks.md ---------------------------------------------------------------
@@ -649,6 +869,50 @@ def _ratio_rows(section: dict) -> list[str]:
             f"| {value['ratio']:.3f} |"
         )
     return rows
+
+
+#: The executor section's history over several runs (kept here, not in the
+#: guide: a run of this script renders the page from it).
+_EXECUTOR_NOTES = """
+Several runs of this section (three setups, nine alternating pairs
+each; the overhead is the median of the pairs' own overheads, as in the issue
+that set the goal): on a loop that does nothing but report (4.6 to 6.8 ms per
+report with either executor), this measure was within the 5% goal in both
+setups in each of four runs of the benchmark: +2.1%, +3.6%, -6.4% and +0.7% with
+`num_cpus=2`, +1.0%, +2.2%, +0.8% and +2.9% with `num_cpus=4` (the first run
+before the workers had a `get_next` method of their own, the second before its
+tasks were named as Ray's). The 27 pairs of the last three runs together:
++0.7% with `num_cpus=2` (95% bootstrap interval of the median: -4.7% to +4.2%)
+and +1.9% with `num_cpus=4` (-0.9% to +4.1%). The code before these savings
+measured +10.6% and +12.4% the same way. Read the overhead as a few percent,
+not as a precise figure: single pairs vary far more (-22% to +18%; the third run
+drifted from 198 to 124 reports/s within itself), and each executor's median
+reports/s compared unpaired (the statistic the benchmark used before this
+round) gave +4.4%, +5.5%, -10.6% and +6.6% with `num_cpus=2`, +6.4%, -1.2%,
+-0.8% and +2.2% with `num_cpus=4`: over 5% in one setup in three of the four
+single runs, and -1.1% and +1.5% over the 27 pairs. With a 10 ms step before
+each report: +4.5% to +6.5% (+5.3% over the 27 pairs), where the worker's
+`train.report()` blocks about 0.5 ms longer than with Ray's executor (its
+request for *k + 1* starts only after the one for *k* has returned).
+
+Where the time goes: the coordinator waits for a result about as long as with
+Ray's executor (the median call, timed by hand in the coordinator over three
+pairs: 1.9 to 2.0 ms, against 1.9 to 2.2 ms with Ray's); what remains is the CPU
+of one more actor hop per report (the executor actor takes the call, asks the
+workers, replies) on two cores already busy with the driver, the coordinator and
+the worker. What made the hop cheaper, each timed by hand: the coordinator's
+call is an actor method without arguments (it sent a method name, a tuple and a
+dict: 0.1 ms more to send), results already there are taken with one `ray.get`
+(Ray's waits and gets per worker first), and the workers are Ray's
+`RayTrainWorker` with a `get_next` method (its tasks named as Ray's), so no
+function is pickled and sent with each request (0.06 ms to send it, and the
+unpickling on the worker). An earlier ordering (asking for *k + 1* only after
+handing *k* over) cost +22% with 10 ms steps: each worker waited for a round
+trip through the executor before its next step. Tried and dropped: issuing the
+next request from a thread after the result is handed over (some 0.05 ms less
+wait in the coordinator, not worth a thread that races the shutdown), and Ray's
+task events off for these calls (a no-op actor call took as long).
+"""
 
 
 def _render(sections: dict[str, Any]) -> str:
@@ -701,7 +965,7 @@ def _render(sections: dict[str, Any]) -> str:
                 "reports, each after a 10 ms sleep standing in for a training step). "
                 "`report()` p50: how long the worker's `train.report()` blocks. One "
                 "run: single pairs vary widely on a shared 2-core machine (per pair); "
-                "[guide.md](guide.md#the-remote-backendexecutor) compares several runs.",
+                "the notes below the table compare several runs.",
                 "",
                 "| setup | local reports/s | remote reports/s | overhead | per pair "
                 "| of medians | `report()` p50 local / remote |",
@@ -726,6 +990,54 @@ def _render(sections: dict[str, Any]) -> str:
                     f"| {of_medians} "
                     f"| {r['local']['p50_ms']:.2f} / {r['remote']['p50_ms']:.2f} ms |"
                 )
+            lines += ["", "### Notes", "", _EXECUTOR_NOTES.strip()]
+        elif name == "executor_trials":
+            timed, memory = data["time"], data["memory"]
+            lines += [
+                "Short Tune trials of a 1-worker `DataParallelTrainer` that reports once, "
+                "each flavour in a Ray of its own: upstream Ray (`ray.tune.Tuner`), "
+                "ray_tt_ext with Ray's executor, ray_tt_ext with `remote_executor=True`. "
+                f"**time**: {timed['trials']} trials on `num_cpus={timed['num_cpus']}`, "
+                "one at a time (a trial takes both CPUs). **memory**: "
+                f"{memory['trials']} trials at once (`num_cpus={memory['num_cpus']}`, "
+                "0-CPU coordinators, each trial 8 s long). Memory: all Ray worker "
+                "processes (`ray::...`), sampled every 0.5 s while trials run, divided by "
+                "the trials running then; PSS splits shared pages between the processes "
+                "mapping them. Goals: remote / Ray's executor <= 1.10 in time (**"
+                f"{data['time_ratio']:.3f}**), and <= 50 MiB more per running trial "
+                f"(memory setup: **{data['extra_rss_mib_per_running_trial']:+.0f} MiB "
+                f"RSS**, {data['extra_pss_mib_per_running_trial']:+.0f} MiB PSS): "
+                f"**{'met' if data['goal_met'] else 'not met'}**. The host is a fixed "
+                "cost per node while a fit runs (its RSS / PSS in the last column); with "
+                "one trial at a time (time setup) it all counts against that trial. In "
+                "the memory setup every trial starts at once, beside the host's own "
+                "start, on 2 cores: compare fit() times there with care. Before the "
+                "shared host (an executor actor per trial), the issue that set these "
+                "goals measured 24 such trials at 178 s against 130 s with Ray's "
+                "executor (+39%), and about 197 MiB RSS more per running trial.",
+                "",
+            ]
+            for setup in ("time", "memory"):
+                d = data[setup]
+                lines += [
+                    f"{setup} (remote adds {d['extra_rss_mib_per_running_trial']:+.0f} MiB "
+                    f"RSS, {d['extra_pss_mib_per_running_trial']:+.0f} MiB PSS per "
+                    "running trial):",
+                    "",
+                    "| flavour | fit() | per trial | trials running (mean) | RSS per "
+                    "running trial | PSS per running trial | executor host RSS / PSS |",
+                    "| --- | --- | --- | --- | --- | --- | --- |",
+                ]
+                for flavour in _TRIAL_FLAVOURS:
+                    r = d[flavour]
+                    lines.append(
+                        f"| {flavour} | {r['seconds']:.1f} s "
+                        f"| {r['seconds_per_trial']:.2f} s | {r['running']:.2f} "
+                        f"| {d['rss_mib_per_running_trial'][flavour]:.0f} MiB "
+                        f"| {d['pss_mib_per_running_trial'][flavour]:.0f} MiB "
+                        f"| {r['host_rss_mib']:.0f} / {r['host_pss_mib']:.0f} MiB |"
+                    )
+                lines.append("")
         elif name == "lifetime":
             lines += [
                 f"Object store in use after N Tuners, each over a trainer with "
