@@ -162,10 +162,17 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """Extends ``BackendExecutor._restart``; runs in the executor host.
 
         Ray's, without removing a borrowed placement group (``start`` takes
-        it again).
+        it again), after letting go of the stop signal of the workers it
+        replaces (a thread of the host waits on it).
         """
         self._let_go_of_borrowed_placement_group()
+        self._spend_stop_signal()
         super()._restart()
+
+    def _spend_stop_signal(self) -> None:
+        signal, self._stop_signal = self._stop_signal, None
+        if signal is not None:
+            signal.set()
 
     def use_stop_signal(self, make_signal: Callable[[], _StopSignal]) -> None:
         """Let early requests go at shutdown through a signal (see :meth:`shutdown`).
@@ -220,6 +227,7 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         self._next_results = self._setup = None
         super().start_training(*args, **kwargs)
         if self._make_stop_signal is not None:
+            self._spend_stop_signal()  # a previous run's, if any
             self._stop_signal = self._make_stop_signal()
         stop = [self._stop_signal.ref] if self._stop_signal is not None else None
         # Not awaited here: Ray's start_training returns without waiting for
@@ -303,12 +311,10 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
             self._setup = None
         self._get_next = None  # the workers go: no handles kept
         self._let_go_of_borrowed_placement_group()
-        signal, self._stop_signal = self._stop_signal, None
-        if signal is not None:
-            # Also when nothing is pending here: after a worker's death the
-            # others may still be inside the get_next that failed. (A forced
-            # shutdown sets it too: it frees the host's waiting thread.)
-            signal.set()
+        # Also when nothing is pending here: after a worker's death the others
+        # may still be inside the get_next that failed. (A forced shutdown sets
+        # it too: it frees the host's waiting thread.)
+        self._spend_stop_signal()
         if pending and graceful_termination:
             _, not_done = ray.wait(
                 pending, num_returns=len(pending), timeout=_SHUTDOWN_PATIENCE_S
@@ -804,12 +810,15 @@ def _shared_host() -> Any:
         return None
     try:
         registry = ray.get_actor(name)
+    except ValueError:  # none: not a ray_tt_ext.Tuner's fit (trainer.fit(), Ray's Tuner)
+        return None
+    try:
         return ray.get(registry.host_for.remote(ray.get_runtime_context().get_node_id()))
-    except Exception:  # gone (its fit ended, or it died): a dedicated host then
+    except Exception:  # it died: a dedicated host then
         logger.debug("no shared executor host %s", name, exc_info=True)
         _warn_once(
-            "ray_tt_ext: the Tuner's shared executor host is gone (it died, or its "
-            "fit ended): this trial's remote executor gets a host of its own."
+            "ray_tt_ext: the Tuner's shared executor host died: this trial's "
+            "remote executor gets a host of its own."
         )
         return None
 
@@ -898,7 +907,7 @@ class RemoteBackendExecutor:
                 return
             _warn_once(
                 "ray_tt_ext: a trial's remote executor got a host of its own: the "
-                "node's shared host is full (64 trials), gone, or runs with other "
+                f"node's shared host is full ({HOST_CAPACITY} trials), gone, or runs with other "
                 "Train executor environment variables (TRAIN_ENABLE_*). It works the "
                 "same, at the cost of one more actor process."
             )

@@ -347,8 +347,9 @@ class BaseTrainer(_compat.BaseTrainer):
     before it calls ``super().__init__``: ``self.remote_executor = flag``.
     """
 
-    #: Run Ray's ``BackendExecutor`` in its own zero-CPU actor on the coordinator's
-    #: node (:class:`ray_tt_ext.RemoteBackendExecutor`). Data-parallel trainers only.
+    #: Run Ray's ``BackendExecutor`` in a zero-CPU host actor on the coordinator's
+    #: node, shared by a Tuner's trials there (:class:`ray_tt_ext.RemoteBackendExecutor`).
+    #: Data-parallel trainers only.
     remote_executor: bool = False
     #: The executor class ``remote_executor`` selects (a subclass may swap it).
     _remote_backend_executor_cls: type[Any] = RemoteBackendExecutor
@@ -456,7 +457,7 @@ class DataParallelTrainer(BaseTrainer, _compat.DataParallelTrainer):
     """Ray's V1 ``DataParallelTrainer``, self-free, with an optional remote executor.
 
     Args:
-        remote_executor: Run Ray's ``BackendExecutor`` in its own zero-CPU actor
+        remote_executor: Run Ray's ``BackendExecutor`` in a zero-CPU host actor
             on the coordinator's node (:class:`ray_tt_ext.RemoteBackendExecutor`)
             instead of inside the coordinator process. Default ``False``, as in
             Ray.

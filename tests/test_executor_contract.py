@@ -248,7 +248,9 @@ def test_the_backend_and_its_config_are_there_to_call(ray_start_4_cpus, executor
         _start_training(e, process_group_up)
         assert not any(e.finish_training())
     finally:
-        e.shutdown()
+        # Not graceful: the process group is gone already (Ray 2.40's graceful
+        # shutdown would fail destroying it again, with either executor).
+        e.shutdown(graceful_termination=False)
     assert torch  # imported on the driver only to skip without it
 
 
