@@ -97,6 +97,8 @@ def test_executor_lives_on_the_coordinators_node(ray_head_and_2_worker_nodes, st
     ).fit()[0]
     assert result.error is None
     info = recorded("executor")
+    # The Tuner's host for that worker node (started there by its first host).
+    assert info["shares_host"] is True
     assert info["node_id"] == info["coordinator_node"] == recorded("rank0_node")
     assert recorded("rank1_node") != info["node_id"]
 
