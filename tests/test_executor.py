@@ -375,28 +375,34 @@ def test_worker_death_without_retries_names_the_worker(
     _assert_nothing_leaked()
 
 
-def kill_executor_loop(config):
-    """Rank 0 SIGKILLs the executor actor's process once, at step 1."""
+def _kill_hosts(marker: str) -> None:
+    """SIGKILL every executor host once (``marker`` says it was done), then wait
+    for the worker to die with its owner (long before the 30 s are up)."""
     from helpers import alive_actors as _alive
 
-    ctx = ray.train.get_context()
-    start = resume_step(ray.train.get_checkpoint())
-    for step in range(start, 3):
-        if step == 1 and ctx.get_world_rank() == 0 and not os.path.exists(config["marker"]):
-            Path(config["marker"]).touch()
-            for actor in _alive("BackendExecutorHost"):
-                os.kill(actor["Pid"], signal.SIGKILL)
-            time.sleep(30)  # the worker dies with its owner long before this
-        import tempfile
+    if not os.path.exists(marker):
+        Path(marker).touch()
+        for actor in _alive("BackendExecutorHost"):
+            os.kill(actor["Pid"], signal.SIGKILL)
+    time.sleep(30)
 
-        with tempfile.TemporaryDirectory() as d:
-            Path(d, "state.json").write_text(json.dumps({"step": step}))
-            ray.train.report(
-                {"step": step},
-                checkpoint=ray.train.Checkpoint.from_directory(d)
-                if ctx.get_world_rank() == 0
-                else None,
-            )
+
+def _report_step(step: int, with_checkpoint: bool) -> None:
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        Path(d, "state.json").write_text(json.dumps({"step": step}))
+        checkpoint = ray.train.Checkpoint.from_directory(d) if with_checkpoint else None
+        ray.train.report({"step": step}, checkpoint=checkpoint)
+
+
+def kill_executor_loop(config):
+    """Rank 0 SIGKILLs the executor host's process once, at step 1."""
+    rank = ray.train.get_context().get_world_rank()
+    for step in range(resume_step(ray.train.get_checkpoint()), 3):
+        if step == 1 and rank == 0 and not os.path.exists(config["marker"]):
+            _kill_hosts(config["marker"])
+        _report_step(step, with_checkpoint=rank == 0)
 
 
 @pytest.mark.parametrize("max_failures", [0, 1])
@@ -583,27 +589,18 @@ def test_trials_share_one_host_and_one_trials_error_leaves_the_others_alone(
 
 
 def kill_host_when_both_run_loop(config):
-    """Rank 0 SIGKILLs the shared host once, at step 1, when both trials run."""
-    from helpers import alive_actors as _alive
+    """The (only) worker SIGKILLs the shared host once, at step 1, when both trials run."""
+    from helpers import recorded as _recorded
 
-    start = resume_step(ray.train.get_checkpoint())
-    for step in range(start, 3):
+    for step in range(resume_step(ray.train.get_checkpoint()), 3):
         if step == 1 and not os.path.exists(config["marker"]):
             deadline = time.monotonic() + 60
-            while len(_alive("RayTrainWorker")) < 2 and time.monotonic() < deadline:
-                time.sleep(0.2)  # until the other trial's worker runs too
-            if not os.path.exists(config["marker"]):
-                Path(config["marker"]).touch()
-                for actor in _alive("BackendExecutorHost"):
-                    os.kill(actor["Pid"], signal.SIGKILL)
-            time.sleep(30)  # the worker dies with its owner long before this
-        import tempfile
-
-        with tempfile.TemporaryDirectory() as d:
-            Path(d, "state.json").write_text(json.dumps({"step": step}))
-            ray.train.report(
-                {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d)
-            )
+            # Until both trials' executors started (RecordingTrainer records
+            # each), not counting workers a previous test may have left dying.
+            while len(_recorded("executors")) < 2 and time.monotonic() < deadline:
+                time.sleep(0.2)
+            _kill_hosts(config["marker"])
+        _report_step(step, with_checkpoint=True)
 
 
 def test_a_shared_host_that_dies_is_an_executor_death_for_each_of_its_trials(
