@@ -25,7 +25,9 @@ from ray_tt_ext._compat import (
     BackendExecutor,
     InactiveWorkerGroup,
     InactiveWorkerGroupError,
+    StartTraceback,
     StorageContext,
+    TrainBackendError,
     TrainingWorkerError,
     get_session,
 )
@@ -278,3 +280,56 @@ def test_the_callers_data_context_reaches_the_workers(ray_start_4_cpus, executor
     finally:
         context.target_max_block_size = before
     assert sizes == [12_345_678] * 2
+
+
+def test_calls_out_of_order_raise_rays_backend_error(ray_start_4_cpus, executor_cls):
+    # Ray's test_train_failure: each call before start_training, and a second
+    # start_training while one runs, raise StartTraceback from TrainBackendError.
+    e = executor_cls(BackendConfig(), num_workers=2)
+    e.start()
+    try:
+        for call in (e.get_next_results, e.pause_reporting, e.finish_training):
+            with pytest.raises(StartTraceback) as info:
+                call()
+            assert isinstance(info.value.__cause__, TrainBackendError), call
+        _start_training(e, lambda: 1)
+        with pytest.raises(StartTraceback) as info:
+            _start_training(e, lambda: 2)
+        assert isinstance(info.value.__cause__, TrainBackendError)
+        assert e.finish_training() == [1, 1]
+    finally:
+        e.shutdown()
+
+
+def _raises_runtime_error():
+    raise RuntimeError("the user's error")
+
+
+def test_a_users_error_is_rays_start_traceback_with_it_as_cause(
+    ray_start_4_cpus, executor_cls
+):
+    # Ray's test_single_worker_user_failure.
+    e = executor_cls(BackendConfig(), num_workers=1)
+    e.start()
+    try:
+        _start_training(e, _raises_runtime_error)
+        with pytest.raises(StartTraceback) as info:
+            e.get_next_results()
+        assert isinstance(info.value.__cause__, RuntimeError)
+        assert "the user's error" in str(info.value.__cause__)
+    finally:
+        e.shutdown()
+
+
+def test_the_initialization_hook_runs_on_every_worker(ray_start_4_cpus, executor_cls):
+    # Ray's test_initialization_hook.
+    def init_hook():
+        os.environ["RTT_CONTRACT_HOOK"] = "1"
+
+    e = executor_cls(BackendConfig(), num_workers=2)
+    e.start(initialization_hook=init_hook)
+    try:
+        _start_training(e, lambda: os.getenv("RTT_CONTRACT_HOOK", "0"))
+        assert e.finish_training() == ["1", "1"]
+    finally:
+        e.shutdown()
