@@ -138,9 +138,19 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """Give the workers ``context`` (the caller's Ray Data ``DataContext``).
 
         Ray's ``start`` gives them the ``DataContext`` of the process it runs
-        in; this one runs in the host, so the caller's is sent along.
+        in; this one runs in the host, so the caller's is sent along and set
+        where Ray sets its own: after it, right before the backend's
+        ``on_start`` (this executor's backend's ``on_start`` sets it first,
+        inside Ray's ``start``, so a worker's death there is Ray's restart).
         """
         self._data_context = context
+        on_start = self._backend.on_start
+
+        def set_data_context_then_on_start(worker_group: Any, backend_config: Any) -> None:
+            worker_group.execute(_compat.set_data_context, context)
+            on_start(worker_group, backend_config)
+
+        self._backend.on_start = set_data_context_then_on_start
 
     def _create_placement_group(self) -> None:
         """Overrides ``BackendExecutor._create_placement_group``; runs in the executor host.
@@ -195,9 +205,8 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """Overrides ``BackendExecutor.start``; runs in the executor host.
 
         Ray's, with workers of :class:`_compat.RayTrainWorker` (Ray's, with a
-        ``get_next`` method) unless a ``train_cls`` is given, then the caller's
-        ``DataContext`` on every worker (see :meth:`use_data_context`). Ray's
-        restart after a worker failure calls this again, without a ``train_cls``.
+        ``get_next`` method) unless a ``train_cls`` is given. Ray's restart
+        after a worker failure calls this again, without a ``train_cls``.
         """
         self._get_next = None
         super().start(
@@ -206,8 +215,6 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
             train_cls_args,
             train_cls_kwargs,
         )
-        if self._data_context is not None and self.is_started():
-            self.worker_group.execute(_compat.set_data_context, self._data_context)
         if train_cls is None and self.is_started():
             self._get_next = _compat.get_next_methods(self.worker_group)
 
