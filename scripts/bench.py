@@ -592,19 +592,9 @@ def bench_executor_trials(quick: bool, storage: str) -> dict[str, Any]:
             4 if quick else 8, 4 if quick else 8, storage, sleep_s=8.0, trainer_cpus=0
         ),
     }
-    timed, memory = out["time"], out["memory"]
-    out["time_ratio"] = (
-        timed["remote_executor"]["seconds"] / timed["rays_executor"]["seconds"]
-    )
-    out["time_ratio_to_upstream"] = (
-        timed["remote_executor"]["seconds"] / timed["upstream"]["seconds"]
-    )
-    out["extra_rss_mib_per_running_trial"] = memory["extra_rss_mib_per_running_trial"]
-    out["extra_pss_mib_per_running_trial"] = memory["extra_pss_mib_per_running_trial"]
     out.update(_trials_goals(out))
-    for setup, data in out.items():
-        if not isinstance(data, dict):
-            continue
+    for setup in ("time", "memory"):
+        data = out[setup]
         print(
             _table(
                 f"{setup}: {data['trials']} short trials, num_cpus={data['num_cpus']}; "
@@ -614,7 +604,6 @@ def bench_executor_trials(quick: bool, storage: str) -> dict[str, Any]:
                 _trials_rows(data),
             )
         )
-    for setup in ("time", "memory"):
         print(
             f"{setup} setup: remote / Ray's executor "
             f"{out['time_ratio_by_setup'][setup]:.3f} in time, "
