@@ -12,8 +12,10 @@ import ray.tune
 import tune_api
 from helpers import (
     CountingTrainer,
+    RecordingTrainer,
     conversions,
     get_or_create_counter,
+    recorded,
     report_loop,
     train_v2_is_rays_default,
 )
@@ -73,8 +75,10 @@ def test_remote_executor_under_ray_client(ray_client, storage_path):
         )
         report_loop(config)
 
+    counter = get_or_create_counter()
+    ray.get(counter.put.remote("executors", []))
     result = Tuner(
-        ray_tt_ext.DataParallelTrainer(
+        RecordingTrainer(
             loop,
             train_loop_config={"num_reports": 3},
             scaling_config=ray.train.ScalingConfig(num_workers=2),
@@ -84,6 +88,11 @@ def test_remote_executor_under_ray_client(ray_client, storage_path):
     ).fit()[0]
     assert result.error is None
     assert result.metrics["step"] == 2
+    # The executor ran on the Tuner's shared host (the Tuner runs on the
+    # cluster, in ray_tt_ext's Ray Client Tuner actor, and started it there).
+    (executor,) = recorded("executors")
+    assert executor["shares_host"] is True
+    assert executor["node_id"] == executor["coordinator_node"]
     # Results and checkpoints reach the client.
     assert os.path.basename(result.checkpoint.path) == "checkpoint_000002"
     with result.checkpoint.as_directory() as d:
