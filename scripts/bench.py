@@ -24,7 +24,7 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   ``num_cpus=2``, one at a time; ``memory``: 8 trials at once (4 with --quick),
   two alternating pairs of Ray's executor and the remote one (one with --quick).
   Goals: remote / Ray's executor <= 1.10 in time, <= 50 MiB more memory per
-  running trial.
+  running trial (also printed: what it adds beyond the hosts' own memory).
 * ``s3``: requests to S3 (moto's server on loopback) for one checkpoint and
   one ``Tuner.restore``, ray_tt_ext beside upstream Ray.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
@@ -518,6 +518,17 @@ def _memory_per_running_trial(out: dict[str, Any]) -> None:
         out[f"extra_{measure}_mib_per_running_trial"] = (
             per_trial["remote_executor"] - per_trial["rays_executor"]
         )
+        # The same without the hosts' own memory (a fixed cost per node while a
+        # fit runs): what each further trial adds.
+        remote = out["remote_executor"]
+        beyond = (
+            (remote[f"{measure}_mib"] - remote[f"host_{measure}_mib"]) / remote["running"]
+            if remote["running"]
+            else 0.0
+        )
+        out[f"extra_{measure}_mib_per_running_trial_beyond_hosts"] = (
+            beyond - per_trial["rays_executor"]
+        )
 
 
 def _trials_setup(
@@ -626,7 +637,9 @@ def bench_executor_trials(quick: bool, storage: str) -> dict[str, Any]:
             _table(
                 f"{setup}: {data['trials']} short trials, num_cpus={data['num_cpus']}; "
                 f"remote adds {data['extra_rss_mib_per_running_trial']:+.0f} MiB RSS, "
-                f"{data['extra_pss_mib_per_running_trial']:+.0f} MiB PSS per running trial",
+                f"{data['extra_pss_mib_per_running_trial']:+.0f} MiB PSS per running trial "
+                f"({data['extra_rss_mib_per_running_trial_beyond_hosts']:+.0f} MiB RSS "
+                "beyond the host's own)",
                 _TRIALS_HEADER,
                 _trials_rows(data),
             )
@@ -1064,7 +1077,9 @@ def _render(sections: dict[str, Any]) -> str:
                 lines += [
                     f"{setup} (remote adds {d['extra_rss_mib_per_running_trial']:+.0f} MiB "
                     f"RSS, {d['extra_pss_mib_per_running_trial']:+.0f} MiB PSS per "
-                    "running trial):",
+                    "running trial; "
+                    f"{d['extra_rss_mib_per_running_trial_beyond_hosts']:+.0f} MiB RSS "
+                    "beyond the host's own):",
                     "",
                     "| flavour | fit() | per trial | trials running (mean) | RSS per "
                     "running trial | PSS per running trial | executor host RSS / PSS |",
