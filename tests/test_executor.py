@@ -596,7 +596,8 @@ def kill_host_when_both_run_loop(config):
 
     start = resume_step(ray.train.get_checkpoint())
     trial_id = ray.train.get_context().get_trial_id()
-    ray.get(_counter().append.remote("starts", (trial_id, start)))
+    counter = _counter()  # a name for the handle: Ray 2.40 loses a temporary one
+    ray.get(counter.append.remote("starts", (trial_id, start)))
     for step in range(start, 3):
         if step == 1 and not os.path.exists(config["marker"]):
             deadline = time.monotonic() + 60
