@@ -829,8 +829,9 @@ def use_capturing_worker_group() -> None:
 def set_data_context(context: Any) -> None:
     """Make ``context`` this process's Ray Data ``DataContext``.
 
-    Runs on a training worker: what Ray's ``BackendExecutor.start`` does with
-    the executor's process's context (``DataContext._set_current``).
+    Runs on a training worker (what Ray's ``BackendExecutor.start`` does with
+    the executor's process's context), and in the trial actor (the trainer's
+    dataset context): Ray's ``DataContext._set_current``.
     """
     from ray.data import DataContext
 

@@ -120,7 +120,6 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         # The workers' own get_next methods while they run, see start()
         self._get_next: Optional[list[Any]] = None
         self._borrowed_placement_group: Optional[Any] = None
-        self._data_context: Any = None
 
     def use_placement_group(self, placement_group: Any) -> None:
         """Start the workers in ``placement_group`` (the caller's), without owning it.
@@ -143,7 +142,6 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         ``on_start`` (this executor's backend's ``on_start`` sets it first,
         inside Ray's ``start``, so a worker's death there is Ray's restart).
         """
-        self._data_context = context
         on_start = self._backend.on_start
 
         def set_data_context_then_on_start(worker_group: Any, backend_config: Any) -> None:
@@ -442,6 +440,8 @@ class BackendExecutorHost:
         self._capacity = capacity
         self._registry = registry
         self._children: dict[str, tuple[Any, Any]] = {}  # node id: (host, sentinel)
+        # Its own lock: host_for may start an actor, and every call takes _lock.
+        self._children_lock = threading.Lock()
         self._watcher: Optional[threading.Thread] = None
         self._env = _compat.executor_env()
         ctx = ray.get_runtime_context()
@@ -527,8 +527,11 @@ class BackendExecutorHost:
 
     @staticmethod
     def _force_shutdown(session_id: str, session: _Session) -> None:
+        executor = session.executor
+        if not executor.is_started() and executor._placement_group is None:
+            return  # already shut down (its coordinator's graceful shutdown)
         try:
-            session.executor.shutdown(graceful_termination=False)
+            executor.shutdown(graceful_termination=False)
         except Exception:  # a worker already gone, or Ray 2.40's second shutdown
             logger.debug("closing executor session %s", session_id, exc_info=True)
 
@@ -664,7 +667,7 @@ class BackendExecutorHost:
             return ray.get_runtime_context().current_actor
         if not self._registry:
             return None
-        with self._lock:
+        with self._children_lock:
             known = self._children.get(node_id)
             if known is not None:
                 ready, _ = ray.wait([known[1]], timeout=0)
@@ -777,10 +780,7 @@ class ExecutorHosts:
         self.name = hosts_name(experiment_path)
 
     @contextlib.contextmanager
-    def running(self, wanted: bool = True) -> Iterator[None]:
-        if not wanted:
-            yield
-            return
+    def running(self) -> Iterator[None]:
         registry = self._start()
         try:
             yield
@@ -883,11 +883,13 @@ class RemoteBackendExecutor:
         )
         self._actor: Any = None
         self._dedicated = False
-        self._session = uuid.uuid4().hex
+        self._session = ""
         self._open()
 
     def _open(self) -> None:
-        """Open this executor's session: in the shared host, else a dedicated one."""
+        """Open a new session of this executor: in the shared host, else a
+        dedicated one."""
+        self._session = uuid.uuid4().hex
         placement_group = get_current_placement_group()
         if placement_group is not None and _compat.captures_child_tasks():
             borrowed = _compat.BorrowedPlacementGroup.of(placement_group)
@@ -987,7 +989,6 @@ class RemoteBackendExecutor:
         train_cls_kwargs: Optional[dict] = None,
     ) -> None:
         if self._actor is None:  # after close(): a new session
-            self._session = uuid.uuid4().hex
             self._open()
         self._call(
             "start",

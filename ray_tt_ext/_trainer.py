@@ -237,9 +237,7 @@ class _TrainCoordinator(FunctionTrainable):
         merged["scaling_config"] = self._reconcile_scaling_config(scaling_config)
         self._merged_config = merged
         if self._has_base_dataset:
-            from ray.data.context import DataContext
-
-            DataContext._set_current(self._dataset_context)
+            _compat.set_data_context(self._dataset_context)
         super().setup(config)
 
     def _reconcile_scaling_config(
