@@ -223,7 +223,7 @@ def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
 
 
 def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(storage_path):
-    trainer = trainer_for(storage_path, {"steps": 4, "sleep_s": 0.2}, workers=1)
+    trainer = trainer_for(storage_path, {"steps": 6, "sleep_s": 0.2}, workers=1)
     pbt = ray.tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
         perturbation_interval=2,
