@@ -938,6 +938,7 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_BASE_TRAINER}._validate_attributes", "ray_tt_ext._trainer:BaseTrainer._validate_attributes", "overrides", "driver and trial actor"),
     RayOverride(f"{_BASE_TRAINER}.fit", "ray_tt_ext._trainer:BaseTrainer.fit", "extends", "driver"),
     RayOverride(f"{_BASE_TRAINER}._generate_trainable_cls", "ray_tt_ext._trainer:BaseTrainer._generate_trainable_cls", "overrides", "driver"),
+    RayOverride(f"{_BASE_TRAINER}._extract_fields_for_tuner_param_space", "ray_tt_ext._trainer:BaseTrainer._extract_fields_for_tuner_param_space", "overrides", "driver"),
     RayOverride(f"{_BASE_TRAINER}.as_trainable", "ray_tt_ext._trainer:BaseTrainer.as_trainable", "overrides", "driver"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.setup", "ray_tt_ext._trainer:_TrainCoordinator.setup", "overrides", "trial actor"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._trainer:_TrainCoordinator.cleanup", "extends", "trial actor"),

@@ -162,6 +162,13 @@ def _pickled_size(
     return sink.nbytes + sum(n + _IN_BAND_HEADER for n in out_of_band)
 
 
+def pickled_size(obj: Any) -> int:
+    """``len(ray.cloudpickle.dumps(obj))`` to within a few bytes per buffer,
+    without copying large buffers (numpy arrays, tensors): they are counted,
+    not written. Raises what pickling raises."""
+    return _pickled_size(obj)
+
+
 # PROTO, FRAME and STOP opcodes: what a part costs alone but not inside a whole.
 _STANDALONE_OVERHEAD = _pickled_size(None) - 1
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import copy
 import dataclasses
 import logging
 from collections.abc import Callable, Iterator
@@ -36,7 +37,7 @@ from ray_tt_ext._executor import (
     using_hosts,
 )
 from ray_tt_ext._params import ObjectStoreParams, owned_by
-from ray_tt_ext._payload import check_registered_payload
+from ray_tt_ext._payload import check_registered_payload, format_bytes, pickled_size
 from ray_tt_ext._storage import checkpoint_policy_installed
 
 logger = logging.getLogger("ray_tt_ext")
@@ -82,6 +83,68 @@ def conversion(owner: Any, *, measured_by_caller: bool = False) -> Iterator[None
             yield
     finally:
         _CONVERSION.reset(token)
+
+
+# ---------------------------------------------------------------------------
+# Large values of train_loop_config under trainer.fit()
+# ---------------------------------------------------------------------------
+
+#: A value of a trainer's ``train_loop_config`` (a top-level key) whose pickled
+#: form is over this many bytes is *large*: ``trainer.fit()`` leaves it out of
+#: the param_space it gives Tune (so out of Tune's JSON logs and
+#: ``Result.config``, where a :class:`LargeConfigValue` stands for it), and the
+#: trial takes it from the object store with the trainer's other arguments.
+LARGE_CONFIG_VALUE_BYTES = 64 * 1024
+
+
+@dataclasses.dataclass(frozen=True, repr=False)
+class LargeConfigValue:
+    """Stands for a large ``train_loop_config`` value in Tune's config (driver).
+
+    Made by :meth:`BaseTrainer._extract_fields_for_tuner_param_space`; Tune
+    logs it as its ``str``, ``Result.config`` holds it, and the coordinator
+    ignores it (the value itself comes from the object store).
+    """
+
+    type_name: str
+    nbytes: int
+
+    def __str__(self) -> str:
+        return (
+            f"<{self.type_name} of {format_bytes(self.nbytes)}: not logged, "
+            "the trial gets it from the object store>"
+        )
+
+    __repr__ = __str__
+
+
+def _loggable_config(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` with each large top-level value replaced by a :class:`LargeConfigValue`
+    (driver). A value that cannot be pickled is left as it is: Ray reports it."""
+    loggable: dict[str, Any] = {}
+    for key, value in config.items():
+        try:
+            nbytes = pickled_size(value)
+        except Exception:
+            nbytes = 0
+        if nbytes > LARGE_CONFIG_VALUE_BYTES:
+            kind = type(value)
+            loggable[key] = LargeConfigValue(
+                f"{kind.__module__}.{kind.__qualname__}", nbytes
+            )
+        else:
+            loggable[key] = copy.deepcopy(value)
+    return loggable
+
+
+def _without_large_value_markers(config: dict[str, Any]) -> dict[str, Any]:
+    """``config`` without :class:`LargeConfigValue` entries, at any depth of dicts
+    (trial actor): where Tune's config has one, the trainer's own value stays."""
+    return {
+        key: _without_large_value_markers(value) if isinstance(value, dict) else value
+        for key, value in config.items()
+        if not isinstance(value, LargeConfigValue)
+    }
 
 
 # ---------------------------------------------------------------------------
@@ -228,7 +291,8 @@ class _TrainCoordinator(FunctionTrainable):
         # may not take it).
         given_run_config = "run_config" in base_config
         run_config = base_config.pop("run_config", None)
-        merged = _compat.deep_update(base_config, self.config, new_keys_allowed=True)
+        tuned = _without_large_value_markers(self.config)
+        merged = _compat.deep_update(base_config, tuned, new_keys_allowed=True)
         if given_run_config:
             merged["run_config"] = run_config
         scaling_config = _as_scaling_config(
@@ -406,6 +470,30 @@ class BaseTrainer(_compat.BaseTrainer):
                 **_compat.force_on_current_node_options(),
             ).remote(self)
         )
+
+    def _extract_fields_for_tuner_param_space(self) -> dict[str, Any]:
+        """Ray's fields for the Tuner's param_space, with large values left out.
+
+        Overrides Ray's ``BaseTrainer._extract_fields_for_tuner_param_space``
+        (Ray 2.40 .. 2.60), which ``BaseTrainer.fit`` calls (and so a
+        restored trainer's ``fit``); runs on the driver. Ray deep-copies
+        ``train_loop_config`` into Tune's param_space, so that Tune writes all
+        of it as JSON into ``params.json``, into ``result.json`` once per
+        report and into the experiment state. Here a value over
+        :data:`LARGE_CONFIG_VALUE_BYTES` becomes a :class:`LargeConfigValue`:
+        the trial gets the value from the object store, with the trainer's
+        other arguments, as under ``ray_tt_ext.Tuner(trainer)``.
+        """
+        fields: dict[str, Any] = {}
+        for key in self._fields_for_tuner_param_space:
+            if key in self._param_dict:
+                value = self._param_dict[key]
+                fields[key] = (
+                    _loggable_config(value)
+                    if isinstance(value, dict)
+                    else _loggable_config({key: value})[key]
+                )
+        return fields
 
     def _generate_trainable_cls(self) -> type[_TrainCoordinator]:
         """Build the per-trainer Trainable class without capturing ``self``.

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union
 
 import pyarrow.fs
@@ -22,9 +23,14 @@ import ray.tune
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
 from ray_tt_ext._executor import ExecutorHosts
-from ray_tt_ext._payload import check_registered_payload, resolve_payload_limit
+from ray_tt_ext._payload import (
+    check_registered_payload,
+    format_bytes,
+    pickled_size,
+    resolve_payload_limit,
+)
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
-from ray_tt_ext._trainer import conversion
+from ray_tt_ext._trainer import LARGE_CONFIG_VALUE_BYTES, conversion
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -276,6 +282,43 @@ def _start_remote_tuner_internal(kwargs: dict[str, Any], train_v1: bool = True) 
     return actor
 
 
+def _param_space_leaves(space: Any, path: str) -> Iterator[tuple[str, Any]]:
+    """``(path, value)`` of every value in ``param_space`` that is not a dict."""
+    if isinstance(space, dict):
+        for key, value in space.items():
+            yield from _param_space_leaves(value, f"{path}[{key!r}]")
+    else:
+        yield path, space
+
+
+def warn_large_param_space(param_space: Optional[dict[str, Any]]) -> None:
+    """Warn, naming the key, of each ``param_space`` value over
+    :data:`~ray_tt_ext._trainer.LARGE_CONFIG_VALUE_BYTES` when pickled (driver).
+
+    Ray's documented anti-pattern: Tune writes every ``param_space`` value as
+    JSON into ``params.json`` and into ``result.json`` once per report, and
+    sends it with each trial. A value that cannot be pickled is left to the
+    checks that follow (Ray's, and the payload guard).
+    """
+    for path, value in _param_space_leaves(param_space or {}, "param_space"):
+        try:
+            nbytes = pickled_size(value)
+        except Exception:
+            continue
+        if nbytes > LARGE_CONFIG_VALUE_BYTES:
+            warnings.warn(
+                f"{path} is {format_bytes(nbytes)} when pickled "
+                f"({type(value).__name__}): Tune writes every param_space value "
+                "as JSON into params.json, and into result.json once per report, "
+                "and sends it with each trial. Fix: pass large objects with "
+                "tune.with_parameters(trainable, name=value); for a trainer, put "
+                "them in its train_loop_config, which goes to the object store "
+                "once and is not logged.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+
 class Tuner(ray.tune.Tuner):
     """``ray.tune.Tuner`` that converts a Trainer once and checks its payload.
 
@@ -326,6 +369,7 @@ class Tuner(ray.tune.Tuner):
         self._is_ray_client = _is_ray_client()
         if _tuner_internal is None:
             self._check_trainable(trainable)
+            warn_large_param_space(param_space)
             # Function and class trainables need no Train V1; a V1 trainer does.
             if isinstance(trainable, BaseTrainer):
                 _compat.ensure_train_v1()

@@ -115,6 +115,8 @@ def report_loop(config: dict[str, Any]) -> None:
             open(marker, "w").close()
             os._exit(1)  # a worker dies mid-run (once)
         metrics = {"step": step, "loss": 1.0 / (step + 1)}
+        if "weights" in config:  # what the trial got (large: from the object store)
+            metrics["weights_bytes"] = config["weights"].nbytes
         if config.get("report_rank"):
             metrics["rank"] = ctx.get_world_rank()
         every = config.get("checkpoint_every", 1)
