@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Run the regression suite: tests/ (Train V1) and tests/v2 (Train V2).
 
-    python scripts/pytest_sessions.py [pytest args...]
+    python scripts/pytest_sessions.py [--quick] [pytest args...]
 
 Ray reads ``RAY_TRAIN_V2_ENABLED`` once per process, so the two cannot share
 a pytest session: ``tests/`` runs first (the V1 integration turns V1 on),
@@ -11,7 +11,8 @@ the Python that runs this script; extra arguments go to both sessions
 Ends with one line for both, e.g. ``== both sessions: tests/ 188 passed;
 tests/v2 17 passed ==`` (``scripts/compat.sh`` puts it in its verdict). Exit
 status 0 only if both pass; a session that collects no test fails, unless a
-``-k``/``-m`` filter deselected them all. Standard library only.
+``-k``/``-m`` filter deselected them all. ``--quick`` runs the quick tier only
+(``-m quick``: unit and single-fit tests, a few minutes). Standard library only.
 """
 
 from __future__ import annotations
@@ -58,6 +59,8 @@ def run(
 
 
 def main(args: list[str]) -> int:
+    if "--quick" in args:  # the quick tier: unit and single-fit tests
+        args = [a for a in args if a != "--quick"] + ["-m", "quick"]
     v1_env = dict(os.environ)
     v2_env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
     v2_env["RAY_TT_EXT_TEST_TRAIN"] = "v2"

@@ -132,11 +132,34 @@ def storage_path(tmp_path) -> str:
     return str(path)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Run the Ray Client tests last.
+def pytest_report_header(config):
+    """Say which Train session this is, and how to run the other one."""
+    if TRAIN_STACK == "v2":
+        return [
+            "ray_tt_ext: the Train V2 session (tests/v2, RAY_TRAIN_V2_ENABLED unset); "
+            "tests/ (Train V1) runs in a session of its own: scripts/test runs both"
+        ]
+    return [
+        "ray_tt_ext: the Train V1 session (tests/); tests/v2 (Train V2) runs in a "
+        "pytest session of its own and is not collected here: scripts/test runs both, "
+        "or RAY_TT_EXT_TEST_TRAIN=v2 python -m pytest tests/v2 runs it alone",
+        "ray_tt_ext: tiers: `-m quick` (unit and single-fit tests, scripts/test --quick); "
+        "the rest are whole runs (docs/testing.md says which are slow and why)",
+    ]
 
-    After a Ray Client session, starting a local Ray in the same process
-    segfaults on some Ray releases (seen on 2.44); no other test needs to run
-    after them.
+
+def pytest_collection_modifyitems(config, items):
+    """Run the tests that stop the session's Ray late, and the Ray Client tests last.
+
+    A ``shutdown_only`` test stops the session's 4-CPU Ray, which the next test
+    then starts again: they run after every test that shares it. After a Ray
+    Client session, starting a local Ray in the same process segfaults on some
+    Ray releases (seen on 2.44); no other test needs to run after them.
     """
-    items.sort(key=lambda item: item.get_closest_marker("client") is not None)
+
+    def order(item) -> int:
+        if item.get_closest_marker("client") is not None:
+            return 2
+        return 1 if "shutdown_only" in getattr(item, "fixturenames", ()) else 0
+
+    items.sort(key=order)

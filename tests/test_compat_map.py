@@ -17,6 +17,8 @@ from packaging.version import Version
 
 from ray_tt_ext import _compat
 
+pytestmark = pytest.mark.quick  # unit tests: scripts/test --quick runs them
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ray_tt_ext"
 

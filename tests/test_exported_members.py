@@ -1,5 +1,6 @@
 """Lock the public surface: names are a contract (DESIGN.md)."""
 
+import pytest
 import ray.tune
 import ray.tune.error
 import tune_api
@@ -8,6 +9,8 @@ from ray.train.base_trainer import BaseTrainer as RayBaseTrainer
 from ray.train.data_parallel_trainer import DataParallelTrainer as RayDataParallelTrainer
 
 import ray_tt_ext
+
+pytestmark = pytest.mark.quick  # unit tests: scripts/test --quick runs them
 
 EXPECTED = {
     "BaseTrainer",

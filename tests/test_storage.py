@@ -52,6 +52,7 @@ templates = st.sampled_from(
 )
 
 
+@pytest.mark.quick
 @settings(max_examples=300, deadline=None)
 @given(
     template=templates, index=st.integers(0, 10**9), value=metric_values, loss=st.floats()
@@ -68,6 +69,7 @@ def test_rendered_name_is_one_safe_path_component_or_rejected(template, index, v
     assert Path("/trial", name).parent == Path("/trial")
 
 
+@pytest.mark.quick
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.one_of(st.integers(-5, 50), st.floats(allow_nan=True)), max_size=20))
 def test_index_sequence_strictly_increases_or_is_rejected(values):
@@ -85,6 +87,7 @@ def test_index_sequence_strictly_increases_or_is_rejected(values):
     assert current == 4
 
 
+@pytest.mark.quick
 @given(st.integers(0, 10**7))
 def test_index_reads_back_from_template_names(index):
     for template in [
@@ -96,6 +99,7 @@ def test_index_reads_back_from_template_names(index):
         assert int(index_pattern(template).match(name).group("index")) == index
 
 
+@pytest.mark.quick
 def test_template_syntax_and_fields():
     assert template_fields("checkpoint_{training_iteration:06d}-{loss:.2f}") == {
         "training_iteration",
@@ -106,6 +110,7 @@ def test_template_syntax_and_fields():
             template_fields(bad)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "kwargs, match",
     [
@@ -122,6 +127,7 @@ def test_checkpoint_config_rejects_bad_policies_at_construction(kwargs, match):
         CheckpointConfig(**kwargs)
 
 
+@pytest.mark.quick
 def test_nan_and_inf_render_as_python_spells_them_and_cannot_be_an_index():
     assert render_dir_name("l_{loss:.2f}", 0, {"loss": math.nan}) == "l_nan"
     assert render_dir_name("l_{loss}", 0, {"loss": -math.inf}) == "l_-inf"
@@ -129,6 +135,7 @@ def test_nan_and_inf_render_as_python_spells_them_and_cannot_be_an_index():
         next_index("loss", 0, {"loss": math.nan})
 
 
+@pytest.mark.quick
 def test_missing_field_names_the_field_and_the_keys():
     with pytest.raises(ValueError) as info:
         render_dir_name("ck-{accuracy:.2f}", 1, {"loss": 0.1, "step": 3})
@@ -136,6 +143,7 @@ def test_missing_field_names_the_field_and_the_keys():
     assert "['index', 'loss', 'step']" in str(info.value)
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "name", ["", ".", "..", "a/b", "a\\b", "a\x00b", "é" * 200, "a\nb"]
 )
@@ -147,6 +155,7 @@ def test_unsafe_names_are_rejected(name):
 # -- reconciliation with the disk (real StorageContext, shipped as Tune ships it) ----
 
 
+@pytest.mark.quick
 def test_persisted_index_reconciles_with_folders_on_disk(tmp_path):
     storage = StorageContext(
         storage_path=str(tmp_path),
@@ -164,6 +173,7 @@ def test_persisted_index_reconciles_with_folders_on_disk(tmp_path):
     assert metrics == {"checkpoint_dir_name": "checkpoint_000251", "checkpoint_index": 251}
 
 
+@pytest.mark.quick
 def test_existing_folder_is_never_reused_by_a_custom_name(tmp_path):
     storage = StorageContext(
         storage_path=str(tmp_path),
@@ -179,6 +189,7 @@ def test_existing_folder_is_never_reused_by_a_custom_name(tmp_path):
     assert shipped.checkpoint_dir_name == "best-0.4"
 
 
+@pytest.mark.quick
 def test_lost_progress_in_the_way_of_a_metric_index_is_moved_aside(tmp_path, caplog):
     import logging
 
@@ -211,6 +222,7 @@ def test_lost_progress_in_the_way_of_a_metric_index_is_moved_aside(tmp_path, cap
     )
 
 
+@pytest.mark.quick
 def test_sequential_index_skips_lost_progress_instead(tmp_path):
     storage = StorageContext(
         storage_path=str(tmp_path), experiment_dir_name="exp", trial_dir_name="trial"
@@ -222,6 +234,7 @@ def test_sequential_index_skips_lost_progress_instead(tmp_path):
     assert (tmp_path / "exp" / "trial" / "checkpoint_000000").is_dir()
 
 
+@pytest.mark.quick
 def test_each_trial_folder_is_listed_once_per_process(tmp_path):
     handler = CountingFileSystem(pyarrow.fs.LocalFileSystem())
     storage = StorageContext(
@@ -237,6 +250,7 @@ def test_each_trial_folder_is_listed_once_per_process(tmp_path):
     assert handler.counts["list"] - before == 1
 
 
+@pytest.mark.quick
 def test_a_listing_error_is_an_error_naming_the_path(tmp_path):
     handler = CountingFileSystem(pyarrow.fs.LocalFileSystem(), fail_listing=True)
     storage = StorageContext(
@@ -251,6 +265,7 @@ def test_a_listing_error_is_an_error_naming_the_path(tmp_path):
     assert handler.counts["list"] == 1
 
 
+@pytest.mark.quick
 def test_copies_for_trials_do_not_share_bookkeeping(tmp_path):
     import copy
 
@@ -422,6 +437,7 @@ def test_seed_storage_context_subclass_works_without_monkey_patching(
     assert Experiment.__dict__["_storage_context_cls"] is before is RayStorageContext
 
 
+@pytest.mark.quick
 def test_function_trainable_template_names_in_sync(ray_start_4_cpus, storage_path):
     from helpers import function_trainable
 
@@ -754,6 +770,7 @@ def test_policies_of_two_tuners_in_threads_do_not_interfere_and_ray_is_restored(
     assert Experiment.__dict__["_storage_context_cls"] is before
 
 
+@pytest.mark.quick
 def test_a_plain_fit_that_read_the_dispatcher_just_before_uninstall_gets_rays_class(
     tmp_path,
 ):

@@ -83,6 +83,7 @@ def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
     assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None
 
 
+@pytest.mark.quick
 def test_a_param_space_key_that_is_not_a_trainer_argument_is_an_error(storage_path):
     trainer = trainer_for(storage_path, {"steps": 1})
     with pytest.raises(ValueError, match="param_space key 'lr' is not an argument of"):
@@ -387,6 +388,7 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
     assert _settled_free_cpus() == 4
 
 
+@pytest.mark.quick
 def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
     trainer = trainer_for(storage_path, {"steps": 1})
     with pytest.raises(ValueError, match="'workers' is not a field of ray.train.Scal"):
