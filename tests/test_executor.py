@@ -250,43 +250,87 @@ def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus, monkeypa
     assert env_vars["TRAIN_ENABLE_WORKER_SPREAD"] == "1"  # the caller's, as Ray reads it
 
 
-def test_remote_executor_runs_in_a_zero_cpu_shared_host_and_its_workers_in_the_trial(
-    ray_start_4_cpus, storage_path
-):
+@pytest.fixture(scope="module")
+def report_runs(_session_ray_4_cpus, tmp_path_factory):
+    """One Tuner, three trials of ``report_loop`` on 2 workers, by variant:
+
+    * ``order``: 6 reports, rank 0 checkpoints every second one, remote executor;
+    * ``order_local``: the same with Ray's executor (``remote_executor=False``);
+    * ``all_ranks``: 2 reports, every rank checkpoints each, remote executor.
+    """
+    from rtt_testing import init_local_ray
+
+    if not ray.is_initialized():  # a test before shut the session's Ray down
+        init_local_ray(4)
     get_or_create_counter()
-    result = _run(storage_path, "placed", trainer_cls=RecordingTrainer)
-    assert result.error is None
-    info = recorded("executor")
-    assert info["shares_host"] is True  # the Tuner's host on this node
-    assert info["node_id"] == info["coordinator_node"]
-    assert info["placement_group_id"] is None  # the host is outside every trial
-    assert info.get("assigned_resources", {}).get("CPU", 0) == 0
-    assert info["pid"] != os.getpid()
-    # The workers are in the trial's placement group, as with Ray's executor.
-    assert info["worker_placement_group_ids"] == [info["coordinator_pg"]] * 2
+    record("executors", [])
+    variants = [
+        {"variant": "order", "num_reports": 6, "checkpoint_every": 2},
+        {"variant": "order_local", "num_reports": 6, "checkpoint_every": 2},
+        {"variant": "all_ranks", "num_reports": 2, "all_ranks_checkpoint": True},
+    ]
+    trainer = RecordingTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 4},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        remote_executor=True,
+    )
+    results = Tuner(
+        trainer,
+        param_space={
+            "train_loop_config": ray.tune.grid_search(variants),
+            "remote_executor": ray.tune.sample_from(
+                lambda spec: spec.config.train_loop_config["variant"] != "order_local"
+            ),
+        },
+        run_config=tune_api.RunConfig(
+            storage_path=str(tmp_path_factory.mktemp("report_runs")),
+            name="report_runs",
+            verbose=0,
+        ),
+    ).fit()
     _assert_nothing_leaked()
+    return {r.config["train_loop_config"]["variant"]: r for r in results}
 
 
-def test_remote_and_local_executors_give_the_same_results(ray_start_4_cpus, storage_path):
+def test_remote_executor_runs_in_a_zero_cpu_shared_host_and_its_workers_in_the_trial(
+    report_runs,
+):
+    assert report_runs["order"].error is None
+    assert report_runs["order"].config["remote_executor"] is True
+    infos = recorded("executors")
+    assert len(infos) == 2  # the two remote trials; Ray's executor records nothing
+    for info in infos:
+        assert info["shares_host"] is True  # the Tuner's host on this node
+        assert info["node_id"] == info["coordinator_node"]
+        assert info["placement_group_id"] is None  # the host is outside every trial
+        assert info.get("assigned_resources", {}).get("CPU", 0) == 0
+        assert info["pid"] != os.getpid()
+        # The workers are in the trial's placement group, as with Ray's executor.
+        assert info["worker_placement_group_ids"] == [info["coordinator_pg"]] * 2
+    assert len({info["pid"] for info in infos}) == 1  # one host, shared
+
+
+def test_remote_and_local_executors_give_the_same_results(report_runs):
     results = {
-        remote: _run(storage_path, f"same_{remote}", remote=remote)
-        for remote in (False, True)
+        remote: report_runs[v] for remote, v in [(True, "order"), (False, "order_local")]
     }
+    assert results[False].config["remote_executor"] is False
     for result in results.values():
         assert result.error is None
-        assert result.metrics["step"] == 3
+        assert result.metrics["step"] == 5
         # Rank 0 alone reports checkpoints: "at least one worker" registers them.
         with open(Path(result.checkpoint.path, "state.json")) as f:
-            assert json.load(f) == {"step": 3, "rank": 0}
+            assert json.load(f) == {"step": 5, "rank": 0}
     names = [sorted(os.listdir(r.path)) for r in results.values()]
     assert [n for n in names[0] if n.startswith("checkpoint_")] == [
         n for n in names[1] if n.startswith("checkpoint_")
     ]
-    _assert_nothing_leaked()
 
 
-def test_reports_and_checkpoints_are_processed_in_order(ray_start_4_cpus, storage_path):
-    result = _run(storage_path, "order", num_reports=6, checkpoint_every=2)
+@pytest.mark.parametrize("variant", ["order", "order_local"])
+def test_reports_and_checkpoints_are_processed_in_order(report_runs, variant):
+    result = report_runs[variant]
     assert result.error is None
     df = result.metrics_dataframe
     assert list(df["step"]) == list(range(6))
@@ -301,8 +345,8 @@ def test_reports_and_checkpoints_are_processed_in_order(ray_start_4_cpus, storag
     ]
 
 
-def test_every_worker_checkpointing_is_one_checkpoint(ray_start_4_cpus, storage_path):
-    result = _run(storage_path, "all_ranks", all_ranks_checkpoint=True, num_reports=2)
+def test_every_worker_checkpointing_is_one_checkpoint(report_runs):
+    result = report_runs["all_ranks"]
     assert result.error is None
     assert sorted(n for n in os.listdir(result.path) if n.startswith("checkpoint_")) == [
         "checkpoint_000000",
@@ -426,13 +470,6 @@ def test_executor_actor_killed_mid_run(
     _assert_nothing_leaked()
 
 
-def test_a_run_stopped_by_tune_leaks_no_actor(ray_start_4_cpus, storage_path):
-    result = _run(storage_path, "stopped", stop={"training_iteration": 3}, num_reports=1000)
-    assert result.error is None
-    assert result.metrics["training_iteration"] == 3
-    _assert_nothing_leaked()
-
-
 @pytest.mark.parametrize("remote", [False, True], ids=["rays_executor", "remote_executor"])
 def test_a_run_stopped_by_tune_mid_step_cleans_up_like_rays_executor(
     ray_start_4_cpus, storage_path, remote
@@ -486,7 +523,7 @@ def counting_loop(config):
             )
 
 
-def test_workers_run_no_further_ahead_than_with_rays_executor(
+def test_workers_run_no_further_ahead_than_with_rays_executor_and_a_stopped_run_leaks_nothing(
     ray_start_4_cpus, storage_path
 ):
     # The remote executor requests the next result early; that must not let a
@@ -505,8 +542,9 @@ def test_workers_run_no_further_ahead_than_with_rays_executor(
             stop={"training_iteration": 3},
             key=key,
         )
+        # A run Tune stops (after 3 results) ends well and leaks no actor.
         assert result.error is None
-        assert result.metrics["step"] == 2
+        assert result.metrics["step"] == 2 and result.metrics["training_iteration"] == 3
         _assert_nothing_leaked()
         steps[remote] = ray.get(counter.get.remote(key))
         folders[remote] = {

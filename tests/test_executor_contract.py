@@ -66,27 +66,54 @@ def _no_executor_left(timeout: float = 30.0) -> None:
     raise AssertionError("training workers still alive")
 
 
-def test_start_builds_the_worker_group(ray_start_4_cpus, executor_cls):
-    # Ray's test_start.
-    e = executor_cls(BackendConfig(), num_workers=2)
-    with pytest.raises(InactiveWorkerGroupError):
-        _start_training(e, lambda: 1)
-    e.start()
-    try:
-        assert len(e.worker_group) == 2
-        assert e.is_started()
-    finally:
-        e.shutdown()
-
-
-def test_after_shutdown_the_worker_group_is_inactive_and_start_works_again(
+def test_a_started_executor_keeps_rays_contract_through_shutdown_and_a_new_start(
     ray_start_4_cpus, executor_cls
 ):
-    # Ray's test_shutdown, then what Ray's executor does after it.
-    e = executor_cls(BackendConfig(), num_workers=2)
-    e.start()
-    assert len(e.worker_group) == 2
-    e.shutdown()
+    """One executor walked through Ray's test_start, the DataContext start() gives
+    the workers, test_train_failure (calls out of order), test_initialization_hook
+    and test_shutdown, then what Ray's executor does after a shutdown."""
+    from ray.data import DataContext
+
+    def init_hook():
+        os.environ["RTT_CONTRACT_HOOK"] = "1"
+
+    # Ray's start() gives the workers the DataContext of the process it runs in:
+    # the caller's, for Ray's executor; the remote one sends the caller's along
+    # (the one current when it is made).
+    context = DataContext.get_current()
+    before = context.target_max_block_size
+    context.target_max_block_size = 12_345_678
+    try:
+        e = executor_cls(BackendConfig(), num_workers=2)
+        with pytest.raises(InactiveWorkerGroupError):  # test_start: not started yet
+            _start_training(e, lambda: 1)
+        e.start(initialization_hook=init_hook)
+        sizes = e.worker_group.execute(
+            lambda: (
+                __import__("ray.data").data.DataContext.get_current().target_max_block_size
+            )
+        )
+    finally:
+        context.target_max_block_size = before
+    try:
+        assert sizes == [12_345_678] * 2
+        assert len(e.worker_group) == 2
+        assert e.is_started()
+        # test_train_failure: each call before start_training, and a second
+        # start_training while one runs, raise StartTraceback from TrainBackendError.
+        for call in (e.get_next_results, e.pause_reporting, e.finish_training):
+            with pytest.raises(StartTraceback) as info:
+                call()
+            assert isinstance(info.value.__cause__, TrainBackendError), call
+        # test_initialization_hook: the hook ran on every worker.
+        _start_training(e, lambda: os.getenv("RTT_CONTRACT_HOOK", "0"))
+        with pytest.raises(StartTraceback) as info:
+            _start_training(e, lambda: 2)
+        assert isinstance(info.value.__cause__, TrainBackendError)
+        assert e.finish_training() == ["1", "1"]
+    finally:
+        e.shutdown()
+    # test_shutdown, then what Ray's executor does after it.
     assert not e.is_started()
     with pytest.raises(InactiveWorkerGroupError):
         _start_training(e, lambda: 1)
@@ -97,6 +124,7 @@ def test_after_shutdown_the_worker_group_is_inactive_and_start_works_again(
     assert e._get_num_failures() == 0
     e.start()  # a new worker group, as Ray's executor starts one
     try:
+        assert len(e.worker_group) == 2
         _start_training(e, _reports_twice)
         assert [r.metrics["i"] for r in e.get_next_results()] == [0, 0]
         assert [r.metrics["i"] for r in e.get_next_results()] == [1, 1]
@@ -256,51 +284,6 @@ def test_the_backend_and_its_config_are_there_to_call(ray_start_4_cpus, executor
     assert torch  # imported on the driver only to skip without it
 
 
-def test_the_callers_data_context_reaches_the_workers(ray_start_4_cpus, executor_cls):
-    # Ray's start() gives the workers the DataContext of the process it runs in:
-    # the caller's, for Ray's executor; the remote one sends the caller's along.
-    from ray.data import DataContext
-
-    context = DataContext.get_current()
-    before = context.target_max_block_size
-    context.target_max_block_size = 12_345_678
-    try:
-        e = executor_cls(BackendConfig(), num_workers=2)
-        e.start()
-        try:
-            sizes = e.worker_group.execute(
-                lambda: (
-                    __import__("ray.data")
-                    .data.DataContext.get_current()
-                    .target_max_block_size
-                )
-            )
-        finally:
-            e.shutdown()
-    finally:
-        context.target_max_block_size = before
-    assert sizes == [12_345_678] * 2
-
-
-def test_calls_out_of_order_raise_rays_backend_error(ray_start_4_cpus, executor_cls):
-    # Ray's test_train_failure: each call before start_training, and a second
-    # start_training while one runs, raise StartTraceback from TrainBackendError.
-    e = executor_cls(BackendConfig(), num_workers=2)
-    e.start()
-    try:
-        for call in (e.get_next_results, e.pause_reporting, e.finish_training):
-            with pytest.raises(StartTraceback) as info:
-                call()
-            assert isinstance(info.value.__cause__, TrainBackendError), call
-        _start_training(e, lambda: 1)
-        with pytest.raises(StartTraceback) as info:
-            _start_training(e, lambda: 2)
-        assert isinstance(info.value.__cause__, TrainBackendError)
-        assert e.finish_training() == [1, 1]
-    finally:
-        e.shutdown()
-
-
 def _raises_runtime_error():
     raise RuntimeError("the user's error")
 
@@ -317,19 +300,5 @@ def test_a_users_error_is_rays_start_traceback_with_it_as_cause(
             e.get_next_results()
         assert isinstance(info.value.__cause__, RuntimeError)
         assert "the user's error" in str(info.value.__cause__)
-    finally:
-        e.shutdown()
-
-
-def test_the_initialization_hook_runs_on_every_worker(ray_start_4_cpus, executor_cls):
-    # Ray's test_initialization_hook.
-    def init_hook():
-        os.environ["RTT_CONTRACT_HOOK"] = "1"
-
-    e = executor_cls(BackendConfig(), num_workers=2)
-    e.start(initialization_hook=init_hook)
-    try:
-        _start_training(e, lambda: os.getenv("RTT_CONTRACT_HOOK", "0"))
-        assert e.finish_training() == ["1", "1"]
     finally:
         e.shutdown()

@@ -28,6 +28,8 @@ from ray_tt_ext._payload import (
     resolve_payload_limit,
 )
 
+pytestmark = pytest.mark.quick  # unit tests: scripts/test --quick runs them
+
 
 def assert_close_to_dumps(obj) -> None:
     expected = len(ray.cloudpickle.dumps(obj))
@@ -405,40 +407,97 @@ trainer = ray_tt_ext.DataParallelTrainer(
 """
 
 
-@pytest.fixture
-def cli_module(tmp_path):
-    (tmp_path / "cli_target.py").write_text(textwrap.dedent(CLI_MODULE))
-    (tmp_path / "broken_module.py").write_text("raise RuntimeError('boom at import')\n")
-    return tmp_path
+#: Every invocation the CLI tests make. They run in one fresh interpreter
+#: (``_CLI_RUNNER``), each as ``main(argv)`` with its own stdout and stderr, as
+#: ``python -m ray_tt_ext`` runs it; one more goes through ``python -m`` itself.
+CLI_INVOCATIONS = [
+    ("cli_target:small_fn",),
+    ("cli_target:big_fn", "--limit", "1000000", "--top", "3"),
+    ("cli_target:trainer", "--limit", "1000000", "--json"),
+    ("cli_target:big_fn", "--json"),
+    ("no_colon",),
+    ("missing_module_xyz:fn",),
+    ("broken_module:fn",),
+    ("cli_target:nope",),
+    ("cli_target:raises_on_pickle",),
+    ("cli_target:small_fn", "--limit", "-1"),
+    (),  # no target: argparse's own error
+]
+
+_CLI_RUNNER = """
+import contextlib, io, json, sys
+from ray_tt_ext.__main__ import main
+runs = []
+for args in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = main(["inspect", *args])
+    runs.append([args, code, out.getvalue(), err.getvalue()])
+print(json.dumps(runs))
+"""
 
 
-def run_cli(cwd, *args):
-    return subprocess.run(
-        [sys.executable, "-m", "ray_tt_ext", "inspect", *args],
-        cwd=cwd,
+@pytest.fixture(scope="module")
+def cli_module(tmp_path_factory):
+    path = tmp_path_factory.mktemp("cli")
+    (path / "cli_target.py").write_text(textwrap.dedent(CLI_MODULE))
+    (path / "broken_module.py").write_text("raise RuntimeError('boom at import')\n")
+    return path
+
+
+@pytest.fixture(scope="module")
+def cli_runs(cli_module):
+    """``{args: CompletedProcess}`` for every invocation, from one fresh interpreter."""
+    proc = subprocess.run(
+        [sys.executable, "-c", _CLI_RUNNER, json.dumps(CLI_INVOCATIONS)],
+        cwd=cli_module,
         capture_output=True,
         text=True,
         timeout=120,
     )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return {
+        tuple(args): subprocess.CompletedProcess(args, code, out, err)
+        for args, code, out, err in json.loads(proc.stdout.splitlines()[-1])
+    }
 
 
-def test_cli_within_limit_exits_0_with_table(cli_module):
-    proc = run_cli(cli_module, "cli_target:small_fn")
+def run_cli(runs, *args):
+    return runs[args]
+
+
+def test_cli_runs_as_a_module_with_its_exit_status(cli_module):
+    """The entry point itself: ``python -m ray_tt_ext inspect`` exits 1 over the limit."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "ray_tt_ext", "inspect", "cli_target:big_fn"]
+        + ["--limit", "1000000"],
+        cwd=cli_module,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 1, proc.stderr
+    assert "big_fn.<closure>.weights" in proc.stdout
+    assert "OVER the limit" in proc.stdout
+
+
+def test_cli_within_limit_exits_0_with_table(cli_runs):
+    proc = run_cli(cli_runs, "cli_target:small_fn")
     assert proc.returncode == 0, proc.stderr
     assert "within the limit" in proc.stdout
     assert "small_fn" in proc.stdout
 
 
-def test_cli_over_limit_exits_1_and_names_the_culprit(cli_module):
-    proc = run_cli(cli_module, "cli_target:big_fn", "--limit", "1000000", "--top", "3")
+def test_cli_over_limit_exits_1_and_names_the_culprit(cli_runs):
+    proc = run_cli(cli_runs, "cli_target:big_fn", "--limit", "1000000", "--top", "3")
     assert proc.returncode == 1, proc.stderr
     assert "big_fn.<closure>.weights" in proc.stdout
     assert "MiB" in proc.stdout
     assert "OVER the limit" in proc.stdout
 
 
-def test_cli_on_a_trainer_measures_what_tune_registers(cli_module):
-    proc = run_cli(cli_module, "cli_target:trainer", "--limit", "1000000", "--json")
+def test_cli_on_a_trainer_measures_what_tune_registers(cli_runs):
+    proc = run_cli(cli_runs, "cli_target:trainer", "--limit", "1000000", "--json")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads(proc.stdout)
     assert data["over_limit"] is False
@@ -446,8 +505,8 @@ def test_cli_on_a_trainer_measures_what_tune_registers(cli_module):
     assert data["root"] == "the Tune trainable of DataParallelTrainer"
 
 
-def test_cli_json(cli_module):
-    proc = run_cli(cli_module, "cli_target:big_fn", "--json")
+def test_cli_json(cli_runs):
+    proc = run_cli(cli_runs, "cli_target:big_fn", "--json")
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["over_limit"] is False
@@ -466,12 +525,12 @@ def test_cli_json(cli_module):
         (["cli_target:small_fn", "--limit", "-1"], "positive"),
     ],
 )
-def test_cli_bad_usage_exits_2_with_a_clear_message(cli_module, args, message):
-    proc = run_cli(cli_module, *args)
+def test_cli_bad_usage_exits_2_with_a_clear_message(cli_runs, args, message):
+    proc = run_cli(cli_runs, *args)
     assert proc.returncode == 2
     assert message in proc.stderr
 
 
-def test_cli_argparse_errors_exit_2(cli_module):
-    proc = run_cli(cli_module)  # missing target
+def test_cli_argparse_errors_exit_2(cli_runs):
+    proc = run_cli(cli_runs)  # missing target
     assert proc.returncode == 2

@@ -72,6 +72,7 @@ def registered_bytes(trainable) -> int:
     return inspect_registered(trainable).total_bytes
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize(
     "where",
     ["attribute", "train_loop_config", "metadata", "closure", "resume_from_checkpoint"],
@@ -99,6 +100,7 @@ def test_registered_payload_is_small_with_1_gib_attached(ray_start_4_cpus, where
     gc.collect()
 
 
+@pytest.mark.quick
 @settings(
     max_examples=12,
     deadline=None,
@@ -120,26 +122,26 @@ def test_payload_does_not_grow_with_attached_data_property(ray_start_4_cpus, siz
         assert abs(size - baseline) < 4 * 1024
 
 
-def test_as_trainable_before_ray_init_is_no_false_positive(shutdown_only):
+def test_as_trainable_before_ray_init_is_no_false_positive_and_hooks_do_not_pile_up(
+    shutdown_only,
+):
+    """Trainables converted before ``ray.init()``: their pending data does not count,
+    one post-init hook serves them all, and ``ray.init`` puts every one."""
+    from ray._private import worker
+
+    before = len(worker._post_init_hooks)
     # 150 MB is over Ray's FUNCTION_SIZE_ERROR_THRESHOLD (100 MB): pending data
     # must not count, because it goes to the object store, not to the GCS.
     trainer = _trainer("train_loop_config", 150 * 1000 * 1000)
     trainable = trainer.as_trainable()
     assert registered_bytes(trainable) < SMALL_PAYLOAD
-    ray.init(address="local", num_cpus=2, include_dashboard=False)
-    assert trainable._params._ref is not None  # flushed by ray.init's hook
-    assert len(ray.cloudpickle.dumps(trainable)) < SMALL_PAYLOAD
-    assert trainable._params.get()["train_loop_config"]["weights"].nbytes == 150_000_000
-
-
-def test_post_init_hooks_do_not_pile_up(shutdown_only):
-    from ray._private import worker
-
-    before = len(worker._post_init_hooks)
     trainables = [_trainer("train_loop_config", 1000).as_trainable() for _ in range(5)]
     assert len(worker._post_init_hooks) - before <= 1  # one hook for all holders
     ray.init(address="local", num_cpus=2, include_dashboard=False)
     assert all(t._params._ref is not None for t in trainables)
+    assert trainable._params._ref is not None  # flushed by ray.init's hook
+    assert len(ray.cloudpickle.dumps(trainable)) < SMALL_PAYLOAD
+    assert trainable._params.get()["train_loop_config"]["weights"].nbytes == 150_000_000
 
 
 class RegressedTrainer(ray_tt_ext.DataParallelTrainer):
@@ -161,6 +163,7 @@ class RegressedTrainer(ray_tt_ext.DataParallelTrainer):
         return TrainTrainable
 
 
+@pytest.mark.quick
 def test_regressed_trainer_is_caught_before_the_gcs_naming_the_attribute(ray_start_4_cpus):
     trainer = RegressedTrainer(
         noop_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
@@ -175,6 +178,7 @@ def test_regressed_trainer_is_caught_before_the_gcs_naming_the_attribute(ray_sta
     assert top.nbytes >= 120_000_000
 
 
+@pytest.mark.quick
 def test_upstream_ray_trainer_payload_grows_with_metadata(ray_start_4_cpus):
     """The canary for Ray itself: upstream still captures ``metadata``.
 

@@ -68,7 +68,7 @@ def ddp_loop(config):
             ray.train.report(metrics, checkpoint=ray.train.Checkpoint.from_directory(d))
 
 
-def _tuner(storage_path, name, remote, steps=3, max_failures=0, **config):
+def _tuner(storage_path, name, remote, steps=3, max_failures=0, param_space=None, **config):
     return ray_tt_ext.Tuner(
         ray_tt_ext.TorchTrainer(
             ddp_loop,
@@ -76,7 +76,8 @@ def _tuner(storage_path, name, remote, steps=3, max_failures=0, **config):
             scaling_config=ray.train.ScalingConfig(num_workers=2),
             remote_executor=remote,
         ),
-        param_space={"train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.01])}},
+        param_space=param_space
+        or {"train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.01])}},
         run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name=name,
@@ -118,11 +119,20 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
-def test_ddp_over_gloo_through_the_tuner(ray_start_4_cpus, storage_path, remote):
-    results = _tuner(storage_path, f"ddp_{remote}", remote).fit()
+def test_ddp_over_gloo_through_the_tuner_with_either_executor(
+    ray_start_4_cpus, storage_path
+):
+    """Two trials of one Tuner: Ray's executor at lr 0.1, the remote one at lr 0.01."""
+    by_lr = {
+        "train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.01])},
+        "remote_executor": ray.tune.sample_from(
+            lambda spec: spec.config.train_loop_config.lr < 0.1
+        ),
+    }
+    results = _tuner(storage_path, "ddp", remote=True, param_space=by_lr).fit()
     assert not results.errors, results.errors
     assert len(results) == 2
+    assert sorted(r.config["remote_executor"] for r in results) == [False, True]
     for result in results:
         assert result.metrics["all_reduced"] == 3.0  # the process group spans both
         names = sorted(n for n in os.listdir(result.path) if n.startswith("model-"))
@@ -165,6 +175,7 @@ def test_a_killed_worker_resumes_from_its_named_checkpoint(
     _assert_no_workers_left(results)
 
 
+@pytest.mark.quick
 def test_torch_trainer_is_rays_with_the_guarantees_and_its_signature():
     import inspect
 

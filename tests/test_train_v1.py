@@ -87,37 +87,25 @@ def test_explicit_values_are_kept_and_neutral_names_change_nothing():
 
 
 @needs_train_v2
-def test_explicit_v2_refuses_a_v1_trainer_with_the_fix():
-    # (Ray's own V1 trainers cannot even be built with V2 on: Ray refuses them.)
-    call = "ray_tt_ext.DataParallelTrainer(lambda: None)"
+def test_function_and_class_trainables_work_with_v2_on_and_a_v1_trainer_is_refused(
+    tmp_path,
+):
+    """V2 forced on: function and class trainables work, a V1 trainer is refused."""
     proc = run_script(
         f"""
-        import os
+        import os, json, tempfile
         import ray_tt_ext  # importing works; it never overrides an explicit value
         assert os.environ["RAY_TRAIN_V2_ENABLED"] == "1"
+        # (Ray's own V1 trainers cannot even be built with V2 on: Ray refuses them.)
         try:
-            {call}
+            ray_tt_ext.DataParallelTrainer(lambda: None)
         except ray_tt_ext.TrainV2EnabledError as e:
             print("MESSAGE", e)
         else:
             print("NO ERROR")
-        """,
-        {"RAY_TRAIN_V2_ENABLED": "1"},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "MESSAGE" in proc.stdout, proc.stdout
-    assert "RAY_TRAIN_V2_ENABLED=0" in proc.stdout  # the fix, by name
-    assert "found `ray.train.RunConfig`" not in proc.stdout + proc.stderr
-
-
-@needs_train_v2
-def test_function_and_class_trainables_work_with_v2_on(tmp_path):
-    proc = run_script(
-        f"""
-        import os, json, tempfile
         from ray import train, tune  # the everyday header, V2 on
         import numpy as np
-        import ray, ray_tt_ext
+        import ray
 
         def fn(config):
             for step in range(2):
@@ -155,61 +143,23 @@ def test_function_and_class_trainables_work_with_v2_on(tmp_path):
         {"RAY_TRAIN_V2_ENABLED": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    refusal = next(line for line in proc.stdout.splitlines() if line.startswith("MESSAGE"))
+    assert "RAY_TRAIN_V2_ENABLED=0" in refusal  # the fix, by name
+    assert "found `ray.train.RunConfig`" not in proc.stdout + proc.stderr
     assert "FN None ['c-0', 'c-1']" in proc.stdout, proc.stdout
     assert "CLS None ['k-0', 'k-1']" in proc.stdout, proc.stdout
     assert "GUARD big.<globals>.weights" in proc.stdout, proc.stdout
     assert "ENV 1" in proc.stdout  # left as the user set it
 
 
-@needs_v2_default
-def test_the_everyday_header_first_then_v1_trainers_just_work(tmp_path):
+def test_ray_train_imported_first_then_v1_trainers_just_work(tmp_path):
+    """`ray.train` (and the everyday header) imported before us, the variable unset:
+    V1 objects from `ray.air` work, and so do Train V2's config classes, converted."""
     proc = run_script(
         f"""
-        from ray import train, tune  # V2 config classes bound: the variable unset
+        from ray import train, tune  # V2 config classes bound on Ray >= 2.51: env unset
+        import ray.train
         import ray, ray_tt_ext
-
-        def loop(config):
-            import ray.train
-            ray.train.report({{"ok": 1}})
-
-        ray.init(address="local", num_cpus=2, include_dashboard=False)
-        trainer = ray_tt_ext.DataParallelTrainer(
-            loop,
-            scaling_config=train.ScalingConfig(num_workers=1),
-            run_config=train.RunConfig(
-                storage_path={str(tmp_path)!r}, name="late",
-                checkpoint_config=train.CheckpointConfig(num_to_keep=2),
-                failure_config=train.FailureConfig(max_failures=1),
-            ),
-        )
-        print("TYPES", type(trainer.scaling_config).__module__, type(trainer.run_config).__module__)
-        print("KEEP", trainer.run_config.checkpoint_config.num_to_keep,
-              trainer.run_config.failure_config.max_failures)
-        result = ray_tt_ext.Tuner(trainer, run_config=train.RunConfig(
-            storage_path={str(tmp_path)!r}, name="late2")).fit()[0]
-        print("ERROR", result.error)
-        try:
-            ray_tt_ext.DataParallelTrainer(
-                loop, scaling_config=train.ScalingConfig(num_workers=1, label_selector={{"a": "b"}}))
-        except ray_tt_ext.TrainV2EnabledError as e:
-            print("V2ONLY", e)
-        """,
-        {},
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ERROR None" in proc.stdout, proc.stdout
-    assert "TYPES ray.air.config" in proc.stdout, proc.stdout
-    assert "KEEP 2 1" in proc.stdout, proc.stdout
-    assert "V2ONLY `ScalingConfig(label_selector={'a': 'b'})`" in proc.stdout, proc.stdout
-    assert "should be an instance of" not in proc.stdout + proc.stderr
-
-
-def test_ray_train_imported_first_still_works_with_v1_objects(tmp_path):
-    """`ray.train` imported before us: V1 objects (from `ray.air`) still work."""
-    proc = run_script(
-        f"""
-        import ray.train  # binds V2 names; env still unset
-        import ray_tt_ext, ray, ray.tune
         from ray.air.config import RunConfig, ScalingConfig
 
         def loop(config):
@@ -220,14 +170,42 @@ def test_ray_train_imported_first_still_works_with_v1_objects(tmp_path):
         result = ray_tt_ext.Tuner(
             ray_tt_ext.DataParallelTrainer(
                 loop, scaling_config=ScalingConfig(num_workers=1)),
-            run_config=RunConfig(storage_path={str(tmp_path)!r}, name="late"),
+            run_config=RunConfig(storage_path={str(tmp_path)!r}, name="air"),
         ).fit()[0]
-        print("ERROR", result.error)
+        print("AIR ERROR", result.error)
+        if {V2_DEFAULT!r}:  # the everyday header's names are Train V2's
+            trainer = ray_tt_ext.DataParallelTrainer(
+                loop,
+                scaling_config=train.ScalingConfig(num_workers=1),
+                run_config=train.RunConfig(
+                    storage_path={str(tmp_path)!r}, name="late",
+                    checkpoint_config=train.CheckpointConfig(num_to_keep=2),
+                    failure_config=train.FailureConfig(max_failures=1),
+                ),
+            )
+            print("TYPES", type(trainer.scaling_config).__module__, type(trainer.run_config).__module__)
+            print("KEEP", trainer.run_config.checkpoint_config.num_to_keep,
+                  trainer.run_config.failure_config.max_failures)
+            result = ray_tt_ext.Tuner(trainer, run_config=train.RunConfig(
+                storage_path={str(tmp_path)!r}, name="late2")).fit()[0]
+            print("ERROR", result.error)
+            try:
+                ray_tt_ext.DataParallelTrainer(
+                    loop, scaling_config=train.ScalingConfig(num_workers=1, label_selector={{"a": "b"}}))
+            except ray_tt_ext.TrainV2EnabledError as e:
+                print("V2ONLY", e)
         """,
         {},
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "ERROR None" in proc.stdout
+    assert "AIR ERROR None" in proc.stdout, proc.stdout
+    if not V2_DEFAULT:
+        return
+    assert "\nERROR None" in proc.stdout, proc.stdout
+    assert "TYPES ray.air.config" in proc.stdout, proc.stdout
+    assert "KEEP 2 1" in proc.stdout, proc.stdout
+    assert "V2ONLY `ScalingConfig(label_selector={'a': 'b'})`" in proc.stdout, proc.stdout
+    assert "should be an instance of" not in proc.stdout + proc.stderr
 
 
 @needs_v2_default
@@ -252,6 +230,7 @@ def test_framework_trainers_after_ray_bound_its_v2_trainer_names():
     assert "OURS True ray.air.config" in proc.stdout, proc.stdout
 
 
+@pytest.mark.quick
 def test_ray_tt_ext_v2_refuses_a_train_v1_process_or_an_old_ray():
     """This session runs Train V1 (tests/conftest.py took ray_tt_ext.Tuner first)."""
     import ray_tt_ext.v2 as v2

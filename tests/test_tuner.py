@@ -42,6 +42,7 @@ def _trainer(cls=CountingTrainer, spy_key="default", **config):
     )
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("trainer_cls", [CountingTrainer, CountingRayTrainer])
 def test_trainer_converted_once_over_construct_fit_results(
     trainer_cls, spy_key, storage_path
@@ -60,6 +61,7 @@ def test_trainer_converted_once_over_construct_fit_results(
     assert tuner._local_tuner.converted_trainable is converted
 
 
+@pytest.mark.quick
 def test_setting_trainable_reconverts_once_and_is_never_stale(spy_key, storage_path):
     tuner = Tuner(
         _trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "relink")
@@ -73,6 +75,7 @@ def test_setting_trainable_reconverts_once_and_is_never_stale(spy_key, storage_p
     assert tuner._local_tuner.trainable.metadata["spy_key"] == other_key
 
 
+@pytest.mark.quick
 def test_tuner_state_on_disk_holds_no_trainer(spy_key, storage_path):
     big = np.ones(2_000_000)  # 16 MB that must not reach tuner.pkl
     trainer = _trainer(spy_key=spy_key, weights=big)
@@ -114,20 +117,26 @@ def test_restore_returns_our_tuner_and_converts_once(spy_key, storage_path, tmp_
     assert results[0].metrics["step"] == 3
     restored.get_results()
     assert conversions(restore_key) == 1
-
-
-def test_restore_refuses_another_trainable(spy_key, storage_path):
-    Tuner(
-        _trainer(spy_key=spy_key), run_config=quiet_run_config(storage_path, "other")
-    ).fit()
+    # Another trainable is refused: the experiment is a trainer's.
     with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
-        Tuner.restore(os.path.join(storage_path, "other"), trainable=function_trainable)
+        Tuner.restore(path, trainable=function_trainable)
+
+
+@pytest.fixture(scope="module")
+def function_experiment(_session_ray_4_cpus, tmp_path_factory) -> str:
+    """The path of one fitted experiment of ``function_trainable``."""
+    from rtt_testing import init_local_ray
+
+    if not ray.is_initialized():  # a test before shut the session's Ray down
+        init_local_ray(4)
+    storage_path = str(tmp_path_factory.mktemp("by_name"))
+    Tuner(function_trainable, run_config=quiet_run_config(storage_path, "by_name")).fit()
+    return os.path.join(storage_path, "by_name")
 
 
 @pytest.mark.parametrize("tuner_cls", [ray.tune.Tuner, Tuner], ids=["ray", "ray_tt_ext"])
-def test_restore_refuses_another_trainable_given_by_name(spy_key, storage_path, tuner_cls):
-    path = os.path.join(storage_path, "by_name")
-    Tuner(function_trainable, run_config=quiet_run_config(storage_path, "by_name")).fit()
+def test_restore_refuses_another_trainable_given_by_name(function_experiment, tuner_cls):
+    path = function_experiment
     with pytest.raises(ValueError, match="Invalid `trainable` input to `Tuner.restore"):
         tuner_cls.restore(path, trainable="other_name")
     # The original trainable, or its registered name, is accepted.
@@ -142,6 +151,7 @@ class _HoldsALock:
         self.lock = threading.Lock()
 
 
+@pytest.mark.quick
 @pytest.mark.parametrize("tuner_cls", [ray.tune.Tuner, Tuner], ids=["ray", "ray_tt_ext"])
 def test_non_serializable_trainable_is_diagnosed_as_ray_does(
     ray_start_4_cpus, storage_path, tuner_cls
@@ -226,23 +236,131 @@ def test_object_store_returns_to_where_it_was_after_each_tuner(spy_key, storage_
     assert not restored.fit().errors
 
 
-def test_trainer_fit_frees_its_arguments_with_the_trainer(ray_start_4_cpus, storage_path):
+def _json_files(path: str) -> dict[str, int]:
+    """Every JSON file Tune wrote under ``path``, with its size."""
+    return {str(p.relative_to(path)): p.stat().st_size for p in Path(path).rglob("*.json")}
+
+
+def test_trainer_fit_frees_its_arguments_with_the_trainer_and_logs_no_large_value(
+    ray_start_4_cpus, storage_path
+):
     import gc
 
+    from ray_tt_ext._trainer import LargeConfigValue
     from rtt_testing import object_store_used_mib
 
     gc.collect()
     start = object_store_used_mib()
     trainer = ray_tt_ext.DataParallelTrainer(
         report_loop,
-        train_loop_config={"num_reports": 1, "weights": np.ones(100 * 1024 * 1024 // 8)},
+        train_loop_config={"num_reports": 3, "weights": np.ones(100 * 1024 * 1024 // 8)},
         scaling_config=ray.train.ScalingConfig(num_workers=1),
         run_config=quiet_run_config(storage_path, "trainer_fit"),
     )
-    assert trainer.fit().error is None
-    del trainer
+    result = trainer.fit()
+    assert result.error is None
+    # The loop got the 100 MiB (from the object store) on each of its 3 reports...
+    assert list(result.metrics_dataframe["weights_bytes"]) == [100 * 1024 * 1024] * 3
+    # ...and none of Tune's JSON files holds it: it was never in Tune's param_space.
+    written = _json_files(os.path.join(storage_path, "trainer_fit"))
+    assert any(name.endswith("params.json") for name in written), written
+    assert any(name.endswith("result.json") for name in written), written
+    assert max(written.values()) < 1024 * 1024, written
+    # Result.config: small values as given, the large one as a placeholder.
+    config = result.config["train_loop_config"]
+    assert config["num_reports"] == 3
+    assert isinstance(config["weights"], LargeConfigValue)
+    assert "numpy.ndarray of 100.0 MiB" in str(config["weights"])
+    del trainer, result
     gc.collect()
     assert object_store_used_mib(below=start + 64) < start + 64
+
+
+def test_trainer_fit_with_a_large_config_retries_and_restores(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    weights = np.ones(1024 * 1024)  # 8 MiB: large, so never in Tune's config
+    # A worker dies at step 1; FailureConfig retries the trial, which gets the
+    # large value from the object store again.
+    retried = ray_tt_ext.DataParallelTrainer(
+        report_loop,
+        train_loop_config={
+            "num_reports": 3,
+            "weights": weights,
+            "fail_at_step": 1,
+            "fail_marker": str(tmp_path / "died"),
+        },
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=quiet_run_config(
+            storage_path,
+            "large_retry",
+            failure_config=ray.tune.FailureConfig(max_failures=1),
+        ),
+    ).fit()
+    assert os.path.exists(tmp_path / "died")
+    assert retried.error is None and retried.metrics["step"] == 2
+    assert set(retried.metrics_dataframe["weights_bytes"]) == {weights.nbytes}
+    # Without retries the fit fails; DataParallelTrainer.restore goes on from
+    # the latest checkpoint, with the large value.
+    config = {"num_reports": 3, "weights": weights, "fail_at_step": 1}
+    config["fail_marker"] = str(tmp_path / "died_again")
+    with pytest.raises(ray.train.base_trainer.TrainingFailedError):
+        ray_tt_ext.DataParallelTrainer(
+            report_loop,
+            train_loop_config=config,
+            scaling_config=ray.train.ScalingConfig(num_workers=1),
+            run_config=quiet_run_config(storage_path, "large_restore"),
+        ).fit()
+    path = os.path.join(storage_path, "large_restore")
+    assert ray_tt_ext.DataParallelTrainer.can_restore(path)
+    restored = ray_tt_ext.DataParallelTrainer.restore(path).fit()
+    assert restored.error is None
+    assert (
+        restored.metrics["step"] == 2
+        and restored.metrics["weights_bytes"] == weights.nbytes
+    )
+    written = _json_files(path)
+    assert max(written.values()) < 1024 * 1024, written
+
+
+@pytest.mark.quick
+def test_a_large_value_is_one_over_the_threshold_when_pickled():
+    from ray_tt_ext._payload import pickled_size
+    from ray_tt_ext._trainer import (
+        LARGE_CONFIG_VALUE_BYTES,
+        LargeConfigValue,
+        _loggable_config,
+    )
+
+    below = np.ones(LARGE_CONFIG_VALUE_BYTES // 8 - 64)  # just under, with the header
+    above = np.ones(LARGE_CONFIG_VALUE_BYTES // 8 + 1)
+    assert pickled_size(below) <= LARGE_CONFIG_VALUE_BYTES < pickled_size(above)
+    config = {"lr": 0.1, "layers": [64, 64], "below": below, "above": above}
+    loggable = _loggable_config(config)
+    assert loggable["lr"] == 0.1 and loggable["layers"] == [64, 64]
+    assert loggable["below"] is not below and np.array_equal(loggable["below"], below)
+    assert loggable["above"] == LargeConfigValue("numpy.ndarray", pickled_size(above))
+    assert config["above"] is above  # the trainer's own config is left alone
+
+
+def test_a_large_value_in_param_space_is_warned_of_by_name(ray_start_4_cpus, storage_path):
+    import warnings
+
+    table = np.ones(100_000)  # 800 KB
+    with pytest.warns(UserWarning, match=r"param_space\['table'\] is 781\.\d KiB") as info:
+        Tuner(
+            function_trainable,
+            param_space={"table": table, "lr": 0.1},
+            run_config=quiet_run_config(storage_path, "warned"),
+        )
+    assert len(info) == 1 and "tune.with_parameters" in str(info[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # small values: no warning
+        Tuner(
+            function_trainable,
+            param_space={"lr": ray.tune.grid_search([0.1, 0.2]), "layers": [64, 64]},
+            run_config=quiet_run_config(storage_path, "quiet"),
+        )
 
 
 def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_path):
@@ -258,6 +376,7 @@ def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_pa
         assert results[0].metrics["training_iteration"] == 2
 
 
+@pytest.mark.quick
 def test_restore_is_a_classmethod_only(ray_start_4_cpus, storage_path):
     tuner = Tuner(function_trainable, run_config=quiet_run_config(storage_path, "cm"))
     with pytest.raises(AttributeError, match="classmethod"):

@@ -50,14 +50,22 @@ def make_trainer(
     )
 
 
-def test_sequential_names_and_num_to_keep_by_index(storage_path):
+@pytest.mark.quick
+def test_sequential_names_num_to_keep_by_index_and_no_train_v1_module_on_workers(
+    storage_path,
+):
     trainer = make_trainer(
         storage_path,
         "seq",
-        {"epochs": 4, "sharded": True},
+        {"epochs": 4, "sharded": True, "report_modules": True},
         checkpoint_config=v2.CheckpointConfig(num_to_keep=2),
     )
     result = trainer.fit()
+    # A V2 training worker loads no Train V1 module of ray_tt_ext.
+    loaded = set(result.metrics["modules"].split(","))
+    assert "ray_tt_ext._train_v2" in loaded  # the worker did unpickle ray_tt_ext.v2's code
+    v1 = {f"ray_tt_ext.{m}" for m in ("_storage", "_trainer", "_tuner", "_executor")}
+    assert not loaded & (v1 | {"ray_tt_ext._frameworks", "ray_tt_ext._tune_v2"}), loaded
     run_dir = os.path.join(storage_path, "seq")
     assert folders(run_dir) == ["checkpoint_000002", "checkpoint_000003"]
     assert os.path.basename(result.checkpoint.path) == "checkpoint_000003"
@@ -137,6 +145,7 @@ def test_an_explicit_name_outside_the_run_folder_writes_nothing(storage_path):
     assert folders(os.path.join(storage_path, "escape")) == []
 
 
+@pytest.mark.quick
 def test_payload_guard_names_the_culprit_before_anything_is_sent(storage_path):
     weights = np.zeros(2_000_000)  # 16 MB in train_loop_config
     trainer = make_trainer(storage_path, "big", {"epochs": 1, "weights": weights})
@@ -203,6 +212,7 @@ def test_rays_tune_and_train_v2_pattern_runs_under_the_v2_tuner(storage_path):
     assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None  # left as the user has it
 
 
+@pytest.mark.quick
 def test_v2_tuner_guards_a_function_trainable(storage_path):
     weights = np.zeros(2_000_000)
 
@@ -306,6 +316,7 @@ def test_names_on_s3_skip_a_folder_already_there(s3_server):
     assert result.checkpoint.path == "bucket/v2s3/run/checkpoint_000002"
 
 
+@pytest.mark.quick
 def test_the_v2_surface_extends_rays_v2_classes():
     from ray.train.v2.api.config import CheckpointConfig as RayCheckpointConfig
     from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer as RayTrainer
@@ -335,6 +346,7 @@ def test_the_v2_surface_extends_rays_v2_classes():
         v2.CheckpointConfig(checkpoint_dir_name="a/{index}")
 
 
+@pytest.mark.quick
 def test_a_name_that_ignores_the_index_is_refused_not_looped_on(tmp_path):
     """Sequential indexing skips folders only while the name changes with the index."""
     import pyarrow.fs
@@ -400,24 +412,7 @@ def test_a_resumed_run_cannot_reuse_the_name_of_a_recorded_checkpoint(storage_pa
     assert folders(os.path.join(storage_path, "resumed")) == ["named"]
 
 
-def test_a_v2_training_worker_loads_no_train_v1_module(storage_path):
-    from v2_loops import modules_loop
-
-    trainer = v2.DataParallelTrainer(
-        modules_loop,
-        scaling_config=ray.train.ScalingConfig(num_workers=2),
-        run_config=ray.train.RunConfig(
-            name="modules",
-            storage_path=storage_path,
-            checkpoint_config=v2.CheckpointConfig(),
-        ),
-    )
-    loaded = set(trainer.fit().metrics["modules"].split(","))
-    assert "ray_tt_ext._train_v2" in loaded  # the worker did unpickle ray_tt_ext.v2's code
-    v1 = {f"ray_tt_ext.{m}" for m in ("_storage", "_trainer", "_tuner", "_executor")}
-    assert not loaded & (v1 | {"ray_tt_ext._frameworks", "ray_tt_ext._tune_v2"}), loaded
-
-
+@pytest.mark.quick
 def test_the_v2_entries_of_the_override_map_resolve():
     from ray_tt_ext import _compat
 

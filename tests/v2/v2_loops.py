@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import tempfile
 
 import ray.train
@@ -37,8 +38,13 @@ def epochs_loop(config: dict) -> None:
         # Rank 0 writes state.json; with "sharded", every other rank adds its file.
         filename = "state.json" if rank == 0 else f"shard-{rank}.json"
         ckpt = _checkpoint({"epoch": epoch, "rank": rank}, filename)
+        metrics = {"epoch": epoch, "loss": 1.0 / (epoch + 1)}
+        if config.get("report_modules"):  # the ray_tt_ext modules this worker loaded
+            metrics["modules"] = ",".join(
+                sorted(m for m in sys.modules if m.startswith("ray_tt_ext"))
+            )
         ray.train.report(
-            {"epoch": epoch, "loss": 1.0 / (epoch + 1)},
+            metrics,
             checkpoint=ckpt if (rank == 0 or config.get("sharded")) else None,
             checkpoint_dir_name=config.get("names", {}).get(str(epoch)),
         )
@@ -115,12 +121,3 @@ def tune_checkpoints_fn(config: dict) -> None:
         with open(os.path.join(d, "state.json"), "w") as f:
             json.dump({"step": step}, f)
         ray.tune.report({"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d))
-
-
-def modules_loop(config: dict) -> None:
-    """Report which ray_tt_ext modules this training worker has loaded."""
-    import sys
-
-    loaded = sorted(m for m in sys.modules if m.startswith("ray_tt_ext"))
-    # With a checkpoint: Train V2's Result carries the metrics of the latest one.
-    ray.train.report({"modules": ",".join(loaded)}, checkpoint=_checkpoint({}, "x.json"))
