@@ -291,6 +291,8 @@ class _TrainCoordinator(FunctionTrainable):
         # may not take it).
         given_run_config = "run_config" in base_config
         run_config = base_config.pop("run_config", None)
+        # trainer.fit() gave Tune placeholders for large train_loop_config
+        # values: the trainer's own values (from the object store) stay.
         tuned = _without_large_value_markers(self.config)
         merged = _compat.deep_update(base_config, tuned, new_keys_allowed=True)
         if given_run_config:
@@ -476,14 +478,24 @@ class BaseTrainer(_compat.BaseTrainer):
 
         Overrides Ray's ``BaseTrainer._extract_fields_for_tuner_param_space``
         (Ray 2.40 .. 2.60), which ``BaseTrainer.fit`` calls (and so a
-        restored trainer's ``fit``); runs on the driver. Ray deep-copies
+        restored trainer's ``fit``); runs on the driver (under Ray Client, in
+        the task that runs ``fit()`` on the cluster). Ray deep-copies
         ``train_loop_config`` into Tune's param_space, so that Tune writes all
         of it as JSON into ``params.json``, into ``result.json`` once per
         report and into the experiment state. Here a value over
         :data:`LARGE_CONFIG_VALUE_BYTES` becomes a :class:`LargeConfigValue`:
         the trial gets the value from the object store, with the trainer's
-        other arguments, as under ``ray_tt_ext.Tuner(trainer)``.
+        other arguments, as under ``ray_tt_ext.Tuner(trainer)``. A trainer
+        class that builds a trainable of its own (overriding
+        ``_generate_trainable_cls`` or ``as_trainable``) gets Ray's fields:
+        only ray_tt_ext's coordinator knows the placeholder.
         """
+        cls = type(self)
+        if (
+            cls._generate_trainable_cls is not BaseTrainer._generate_trainable_cls
+            or cls.as_trainable is not BaseTrainer.as_trainable
+        ):
+            return super()._extract_fields_for_tuner_param_space()
         fields: dict[str, Any] = {}
         for key in self._fields_for_tuner_param_space:
             if key in self._param_dict:
