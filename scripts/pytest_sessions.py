@@ -60,7 +60,12 @@ def run(
 
 def main(args: list[str]) -> int:
     if "--quick" in args:  # the quick tier: unit and single-fit tests
-        args = [a for a in args if a != "--quick"] + ["-m", "quick"]
+        args = [a for a in args if a != "--quick"]
+        if "-m" in args[:-1]:  # pytest keeps only the last -m: combine them
+            i = args.index("-m")
+            args[i + 1] = f"quick and ({args[i + 1]})"
+        else:
+            args += ["-m", "quick"]
     v1_env = dict(os.environ)
     v2_env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
     v2_env["RAY_TT_EXT_TEST_TRAIN"] = "v2"

@@ -290,7 +290,9 @@ def report_runs(_session_ray_4_cpus, tmp_path_factory):
         ),
     ).fit()
     _assert_nothing_leaked()
-    return {r.config["train_loop_config"]["variant"]: r for r in results}
+    runs = {r.config["train_loop_config"]["variant"]: r for r in results}
+    runs["executors"] = recorded("executors")  # this fit's, before other tests reset it
+    return runs
 
 
 def test_remote_executor_runs_in_a_zero_cpu_shared_host_and_its_workers_in_the_trial(
@@ -298,7 +300,7 @@ def test_remote_executor_runs_in_a_zero_cpu_shared_host_and_its_workers_in_the_t
 ):
     assert report_runs["order"].error is None
     assert report_runs["order"].config["remote_executor"] is True
-    infos = recorded("executors")
+    infos = report_runs["executors"]
     assert len(infos) == 2  # the two remote trials; Ray's executor records nothing
     for info in infos:
         assert info["shares_host"] is True  # the Tuner's host on this node

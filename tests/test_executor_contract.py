@@ -83,19 +83,22 @@ def test_a_started_executor_keeps_rays_contract_through_shutdown_and_a_new_start
     context = DataContext.get_current()
     before = context.target_max_block_size
     context.target_max_block_size = 12_345_678
+    e = None
     try:
-        e = executor_cls(BackendConfig(), num_workers=2)
-        with pytest.raises(InactiveWorkerGroupError):  # test_start: not started yet
-            _start_training(e, lambda: 1)
-        e.start(initialization_hook=init_hook)
-        sizes = e.worker_group.execute(
-            lambda: (
-                __import__("ray.data").data.DataContext.get_current().target_max_block_size
+        try:
+            e = executor_cls(BackendConfig(), num_workers=2)
+            with pytest.raises(InactiveWorkerGroupError):  # test_start: not started
+                _start_training(e, lambda: 1)
+            e.start(initialization_hook=init_hook)
+            sizes = e.worker_group.execute(
+                lambda: (
+                    __import__("ray.data")
+                    .data.DataContext.get_current()
+                    .target_max_block_size
+                )
             )
-        )
-    finally:
-        context.target_max_block_size = before
-    try:
+        finally:
+            context.target_max_block_size = before
         assert sizes == [12_345_678] * 2
         assert len(e.worker_group) == 2
         assert e.is_started()
@@ -112,7 +115,8 @@ def test_a_started_executor_keeps_rays_contract_through_shutdown_and_a_new_start
         assert isinstance(info.value.__cause__, TrainBackendError)
         assert e.finish_training() == ["1", "1"]
     finally:
-        e.shutdown()
+        if e is not None:
+            e.shutdown()
     # test_shutdown, then what Ray's executor does after it.
     assert not e.is_started()
     with pytest.raises(InactiveWorkerGroupError):

@@ -122,17 +122,18 @@ def _process_exists(pid: int) -> bool:
 def test_ddp_over_gloo_through_the_tuner_with_either_executor(
     ray_start_4_cpus, storage_path
 ):
-    """Two trials of one Tuner: Ray's executor at lr 0.1, the remote one at lr 0.01."""
+    """Three trials of one Tuner: Ray's executor at lr 0.1, the remote one (one
+    shared host) at lr 0.01 and 0.001."""
     by_lr = {
-        "train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.01])},
+        "train_loop_config": {"lr": ray.tune.grid_search([0.1, 0.01, 0.001])},
         "remote_executor": ray.tune.sample_from(
             lambda spec: spec.config.train_loop_config.lr < 0.1
         ),
     }
     results = _tuner(storage_path, "ddp", remote=True, param_space=by_lr).fit()
     assert not results.errors, results.errors
-    assert len(results) == 2
-    assert sorted(r.config["remote_executor"] for r in results) == [False, True]
+    assert len(results) == 3
+    assert sorted(r.config["remote_executor"] for r in results) == [False, True, True]
     for result in results:
         assert result.metrics["all_reduced"] == 3.0  # the process group spans both
         names = sorted(n for n in os.listdir(result.path) if n.startswith("model-"))
@@ -141,12 +142,13 @@ def test_ddp_over_gloo_through_the_tuner_with_either_executor(
         with result.checkpoint.as_directory() as d:
             state = torch.load(os.path.join(d, "model.pt"))
         assert state["step"] == 2 and set(state["model"]) == {"weight", "bias"}
-    # Two learning rates, two different models.
+    # Three learning rates, three different models (two under the remote executor).
     weights = [
         torch.load(os.path.join(r.checkpoint.path, "model.pt"))["model"]["weight"]
         for r in results
     ]
-    assert not torch.equal(weights[0], weights[1])
+    for i, j in [(0, 1), (0, 2), (1, 2)]:
+        assert not torch.equal(weights[i], weights[j])
     _assert_no_workers_left(results)
 
 

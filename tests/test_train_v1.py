@@ -167,12 +167,6 @@ def test_ray_train_imported_first_then_v1_trainers_just_work(tmp_path):
             ray.train.report({{"ok": 1}})
 
         ray.init(address="local", num_cpus=2, include_dashboard=False)
-        result = ray_tt_ext.Tuner(
-            ray_tt_ext.DataParallelTrainer(
-                loop, scaling_config=ScalingConfig(num_workers=1)),
-            run_config=RunConfig(storage_path={str(tmp_path)!r}, name="air"),
-        ).fit()[0]
-        print("AIR ERROR", result.error)
         if {V2_DEFAULT!r}:  # the everyday header's names are Train V2's
             trainer = ray_tt_ext.DataParallelTrainer(
                 loop,
@@ -194,6 +188,12 @@ def test_ray_train_imported_first_then_v1_trainers_just_work(tmp_path):
                     loop, scaling_config=train.ScalingConfig(num_workers=1, label_selector={{"a": "b"}}))
             except ray_tt_ext.TrainV2EnabledError as e:
                 print("V2ONLY", e)
+        result = ray_tt_ext.Tuner(
+            ray_tt_ext.DataParallelTrainer(
+                loop, scaling_config=ScalingConfig(num_workers=1)),
+            run_config=RunConfig(storage_path={str(tmp_path)!r}, name="air"),
+        ).fit()[0]
+        print("AIR ERROR", result.error)
         """,
         {},
     )

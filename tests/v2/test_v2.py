@@ -413,6 +413,18 @@ def test_a_resumed_run_cannot_reuse_the_name_of_a_recorded_checkpoint(storage_pa
 
 
 @pytest.mark.quick
+def test_a_large_value_in_the_v2_tuners_param_space_is_warned_of_by_name(storage_path):
+    with pytest.warns(UserWarning, match=r"param_space\['table'\] is 781\.\d KiB") as info:
+        v2.Tuner(
+            tune_fn,
+            param_space={"table": np.ones(100_000), "lr": 0.1},
+            run_config=ray.tune.RunConfig(name="warned", storage_path=storage_path),
+        )
+    ours = [w for w in info if "param_space[" in str(w.message)]
+    assert len(ours) == 1 and "tune.with_parameters" in str(ours[0].message)
+
+
+@pytest.mark.quick
 def test_the_v2_entries_of_the_override_map_resolve():
     from ray_tt_ext import _compat
 
