@@ -27,6 +27,10 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   running trial (also printed: what it adds beyond the hosts' own memory).
 * ``s3``: requests to S3 (moto's server on loopback) for one checkpoint and
   one ``Tuner.restore``, ray_tt_ext beside upstream Ray.
+* ``train_loop_config``: ``trainer.fit()`` of a trainer with a large array in
+  ``train_loop_config`` (100 MiB; 16 MiB with --quick) and 3 reports, beside
+  ``ray_tt_ext.Tuner(trainer).fit()`` and upstream Ray's ``trainer.fit()``: time
+  and the size of Tune's JSON files. Goals: fit / Tuner <= 1.1, JSON <= 1 MiB.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
   over a trainer with a large ``train_loop_config``, each deleted and
   garbage-collected before the next (4 x 300 MiB; 3 x 64 MiB with --quick),
@@ -887,6 +891,94 @@ def bench_v2_trials(quick: bool, storage: str) -> dict[str, Any]:
     return out
 
 
+# -- train_loop_config: a large value under trainer.fit() and Tuner(trainer) -----------
+
+
+def _three_reports_loop(config):
+    for step in range(3):
+        ray.train.report({"step": step, "weights": float(config["weights"][:3].sum())})
+
+
+def _config_case(flavour: str, nbytes: int, storage: str) -> dict[str, Any]:
+    """One fit of a 1-worker trainer with ``nbytes`` of numpy in train_loop_config."""
+    name = f"config_{flavour}_{time.time_ns()}"
+    cls = (
+        RayDataParallelTrainer
+        if flavour == "upstream_fit"
+        else ray_tt_ext.DataParallelTrainer
+    )
+    trainer = cls(
+        _three_reports_loop,
+        train_loop_config={"weights": np.ones(nbytes // 8), "lr": 0.1},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=_compat.TuneRunConfig(storage_path=storage, name=name, verbose=0),
+    )
+    t0 = time.perf_counter()
+    if flavour == "ray_tt_ext_tuner":
+        result = ray_tt_ext.Tuner(trainer).fit()[0]
+    else:
+        result = trainer.fit()
+    seconds = time.perf_counter() - t0
+    assert result.error is None and result.metrics["weights"] == 3.0, result
+    sizes: dict[str, int] = {}
+    for path in Path(storage, name).rglob("*.json"):
+        kind = path.name if path.name in ("params.json", "result.json") else "state"
+        sizes[kind] = max(sizes.get(kind, 0), path.stat().st_size)
+    return {
+        "seconds": seconds,
+        "params_json_bytes": sizes.get("params.json", 0),
+        "result_json_bytes": sizes.get("result.json", 0),
+        "largest_state_json_bytes": sizes.get("state", 0),
+    }
+
+
+_CONFIG_FLAVOURS = ("ray_tt_ext_fit", "ray_tt_ext_tuner", "upstream_fit")
+
+
+def bench_train_loop_config(quick: bool, storage: str) -> dict[str, Any]:
+    nbytes = 16 * MiB if quick else 100 * MiB
+    for flavour in _CONFIG_FLAVOURS:  # warm-up: imports, Tune's first-run costs
+        _config_case(flavour, MiB, storage)
+    runs: dict[str, list] = {f: [] for f in _CONFIG_FLAVOURS}
+    for i in range(1 if quick else 2):
+        order = _CONFIG_FLAVOURS if i % 2 == 0 else _CONFIG_FLAVOURS[::-1]
+        for flavour in order:
+            _progress(f"train_loop_config: {flavour}, run {i + 1}, {format_bytes(nbytes)}")
+            runs[flavour].append(_config_case(flavour, nbytes, storage))
+            gc.collect()
+    out: dict[str, Any] = {"attached_bytes": nbytes, "runs": runs}
+    for flavour, cases in runs.items():
+        out[flavour] = {k: statistics.median(c[k] for c in cases) for k in cases[0]}
+    fit, tuner = out["ray_tt_ext_fit"], out["ray_tt_ext_tuner"]
+    out["fit_over_tuner"] = fit["seconds"] / tuner["seconds"]
+    largest = max(
+        v
+        for f in ("ray_tt_ext_fit", "ray_tt_ext_tuner")
+        for k, v in out[f].items()
+        if k.endswith("json_bytes")
+    )
+    out["goal_met"] = out["fit_over_tuner"] <= 1.1 and largest <= MiB
+    print(
+        _table(
+            f"1-worker trainer, {format_bytes(nbytes)} in train_loop_config, 3 reports "
+            f"(median of {len(runs['upstream_fit'])})",
+            ["flavour", "fit()", "params.json", "result.json", "largest state"],
+            [
+                [
+                    f,
+                    f"{out[f]['seconds']:.1f} s",
+                    format_bytes(out[f]["params_json_bytes"]),
+                    format_bytes(out[f]["result_json_bytes"]),
+                    format_bytes(out[f]["largest_state_json_bytes"]),
+                ]
+                for f in _CONFIG_FLAVOURS
+            ],
+        )
+    )
+    print(f"trainer.fit() / Tuner(trainer): {out['fit_over_tuner']:.3f} (goal <= 1.1)")
+    return out
+
+
 SECTIONS = {
     "tuner": bench_tuner,
     "inspect": bench_inspect,
@@ -895,6 +987,7 @@ SECTIONS = {
     "lifetime": bench_lifetime,
     "s3": bench_s3,
     "v2_trials": bench_v2_trials,
+    "train_loop_config": bench_train_loop_config,
 }
 # Sections that start (and stop) Ray themselves, in the setups they measure.
 _OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials"}
@@ -1142,6 +1235,26 @@ def _render(sections: dict[str, Any]) -> str:
                 lines.append(
                     f"| {flavour} | {r['seconds']:.1f} s | {r['seconds_per_trial']:.2f} s "
                     f"| {r['placement_groups_left']} | {r['free_cpus']:.0f} |"
+                )
+        elif name == "train_loop_config":
+            lines += [
+                f"A 1-worker V1 trainer with {format_bytes(data['attached_bytes'])} of numpy "
+                "in `train_loop_config` (and a small `lr`), a loop that reports 3 times; "
+                "`trainer.fit()` of ray_tt_ext's trainer, `ray_tt_ext.Tuner(trainer).fit()` "
+                "of the same trainer, and `trainer.fit()` of Ray's own trainer (median, "
+                "alternating order). Goals: fit / Tuner <= 1.1 and every JSON file Tune "
+                f"writes <= 1 MiB: fit / Tuner **{data['fit_over_tuner']:.3f}, "
+                f"{'met' if data['goal_met'] else 'not met'}**.",
+                "",
+                "| flavour | fit() | params.json | result.json | largest other JSON |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for flavour in _CONFIG_FLAVOURS:
+                r = data[flavour]
+                lines.append(
+                    f"| {flavour} | {r['seconds']:.1f} s | {format_bytes(r['params_json_bytes'])} "
+                    f"| {format_bytes(r['result_json_bytes'])} "
+                    f"| {format_bytes(r['largest_state_json_bytes'])} |"
                 )
         else:  # a section added later renders as JSON until it has a table
             lines += ["```json", json.dumps(data, indent=2, default=float), "```"]
