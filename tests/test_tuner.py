@@ -325,6 +325,37 @@ def test_trainer_fit_with_a_large_config_retries_and_restores(
 
 
 @pytest.mark.quick
+def test_every_v1_trainer_of_ours_gives_tune_the_placeholder(ray_start_4_cpus):
+    """What ``trainer.fit()`` hands Tune as param_space, for each kind of V1 trainer:
+    ray_tt_ext's DataParallelTrainer, a framework trainer, a user's own subclass
+    (``ray_tt_ext.BaseTrainer`` first); a trainer building its own trainable gets
+    Ray's fields (only ray_tt_ext's coordinator knows the placeholder)."""
+    pytest.importorskip("torch")
+    from test_regression_grpc import RegressedTrainer
+
+    from ray_tt_ext._trainer import LargeConfigValue
+
+    class UsersTrainer(
+        ray_tt_ext.BaseTrainer, ray.train.data_parallel_trainer.DataParallelTrainer
+    ):
+        pass
+
+    config = {"lr": 0.1, "weights": np.ones(1_000_000)}
+    for cls in (ray_tt_ext.DataParallelTrainer, ray_tt_ext.TorchTrainer, UsersTrainer):
+        trainer = cls(
+            report_loop,
+            train_loop_config=config,
+            scaling_config=ray.train.ScalingConfig(num_workers=1),
+        )
+        fields = trainer._extract_fields_for_tuner_param_space()["train_loop_config"]
+        assert fields["lr"] == 0.1, cls
+        assert isinstance(fields["weights"], LargeConfigValue), cls
+    regressed = RegressedTrainer(report_loop, train_loop_config=config)
+    fields = regressed._extract_fields_for_tuner_param_space()["train_loop_config"]
+    assert isinstance(fields["weights"], np.ndarray)  # Ray's: a copy of the value
+
+
+@pytest.mark.quick
 def test_a_large_value_is_one_over_the_threshold_when_pickled():
     from ray_tt_ext._payload import pickled_size
     from ray_tt_ext._trainer import (
