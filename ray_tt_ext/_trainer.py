@@ -118,23 +118,28 @@ class LargeConfigValue:
     __repr__ = __str__
 
 
+def large_value_bytes(value: Any) -> Optional[int]:
+    """The pickled size of ``value`` if it is over :data:`LARGE_CONFIG_VALUE_BYTES`,
+    else ``None`` (also for a value that cannot be pickled: Ray reports that)."""
+    try:
+        nbytes = pickled_size(value)
+    except Exception:
+        return None
+    return nbytes if nbytes > LARGE_CONFIG_VALUE_BYTES else None
+
+
+def _loggable(value: Any) -> Any:
+    """A copy of ``value`` for Tune's config, or a :class:`LargeConfigValue` (driver)."""
+    nbytes = large_value_bytes(value)
+    if nbytes is None:
+        return copy.deepcopy(value)
+    kind = type(value)
+    return LargeConfigValue(f"{kind.__module__}.{kind.__qualname__}", nbytes)
+
+
 def _loggable_config(config: dict[str, Any]) -> dict[str, Any]:
-    """``config`` with each large top-level value replaced by a :class:`LargeConfigValue`
-    (driver). A value that cannot be pickled is left as it is: Ray reports it."""
-    loggable: dict[str, Any] = {}
-    for key, value in config.items():
-        try:
-            nbytes = pickled_size(value)
-        except Exception:
-            nbytes = 0
-        if nbytes > LARGE_CONFIG_VALUE_BYTES:
-            kind = type(value)
-            loggable[key] = LargeConfigValue(
-                f"{kind.__module__}.{kind.__qualname__}", nbytes
-            )
-        else:
-            loggable[key] = copy.deepcopy(value)
-    return loggable
+    """``config`` for Tune: each large top-level value a :class:`LargeConfigValue`."""
+    return {key: _loggable(value) for key, value in config.items()}
 
 
 def _without_large_value_markers(config: dict[str, Any]) -> dict[str, Any]:
@@ -501,9 +506,7 @@ class BaseTrainer(_compat.BaseTrainer):
             if key in self._param_dict:
                 value = self._param_dict[key]
                 fields[key] = (
-                    _loggable_config(value)
-                    if isinstance(value, dict)
-                    else _loggable_config({key: value})[key]
+                    _loggable_config(value) if isinstance(value, dict) else _loggable(value)
                 )
         return fields
 

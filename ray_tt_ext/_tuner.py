@@ -26,11 +26,10 @@ from ray_tt_ext._executor import ExecutorHosts
 from ray_tt_ext._payload import (
     check_registered_payload,
     format_bytes,
-    pickled_size,
     resolve_payload_limit,
 )
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
-from ray_tt_ext._trainer import LARGE_CONFIG_VALUE_BYTES, conversion
+from ray_tt_ext._trainer import conversion, large_value_bytes
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -293,7 +292,8 @@ def _param_space_leaves(space: Any, path: str) -> Iterator[tuple[str, Any]]:
 
 def warn_large_param_space(param_space: Optional[dict[str, Any]]) -> None:
     """Warn, naming the key, of each ``param_space`` value over
-    :data:`~ray_tt_ext._trainer.LARGE_CONFIG_VALUE_BYTES` when pickled (driver).
+    :data:`~ray_tt_ext._trainer.LARGE_CONFIG_VALUE_BYTES` when pickled (driver),
+    by the rule ``trainer.fit()`` applies to ``train_loop_config``.
 
     Ray's documented anti-pattern: Tune writes every ``param_space`` value as
     JSON into ``params.json`` and into ``result.json`` once per report, and
@@ -301,11 +301,8 @@ def warn_large_param_space(param_space: Optional[dict[str, Any]]) -> None:
     checks that follow (Ray's, and the payload guard).
     """
     for path, value in _param_space_leaves(param_space or {}, "param_space"):
-        try:
-            nbytes = pickled_size(value)
-        except Exception:
-            continue
-        if nbytes > LARGE_CONFIG_VALUE_BYTES:
+        nbytes = large_value_bytes(value)
+        if nbytes is not None:
             warnings.warn(
                 f"{path} is {format_bytes(nbytes)} when pickled "
                 f"({type(value).__name__}): Tune writes every param_space value "

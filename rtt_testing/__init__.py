@@ -434,3 +434,63 @@ def object_store_used_mib(settle_s: float = 10.0, below: Optional[float] = None)
         if below is None or used < below or time.monotonic() > deadline:
             return used
         time.sleep(0.25)
+
+
+#: Runs each command of a JSON list in this one interpreter, in order, as
+#: ``python SCRIPT`` or ``python -m MODULE ARGS...`` would (``__main__``, its
+#: own ``sys.argv``, stdout and stderr); the exit status is what the process's
+#: would be. Prints one line: ``RTT_RUNS`` and a JSON list of
+#: ``[returncode, stdout, stderr]``.
+_ONE_INTERPRETER = """
+import contextlib, io, json, runpy, sys, traceback
+runs = []
+for command in json.loads(sys.argv[1]):
+    out, err = io.StringIO(), io.StringIO()
+    code = 0
+    sys.argv = command[1:] if command[0] == "-m" else command
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            if command[0] == "-m":
+                runpy.run_module(command[1], run_name="__main__", alter_sys=True)
+            else:
+                runpy.run_path(command[0], run_name="__main__")
+        except SystemExit as e:
+            if isinstance(e.code, int) or e.code is None:
+                code = e.code or 0
+            else:
+                print(e.code, file=sys.stderr)
+                code = 1
+        except BaseException:
+            traceback.print_exc()
+            code = 1
+    runs.append([code, out.getvalue(), err.getvalue()])
+sys.__stdout__.write("\\nRTT_RUNS " + json.dumps(runs) + "\\n")
+"""
+
+
+def run_in_one_interpreter(
+    commands: list[list[str]], timeout: float, **kwargs: Any
+) -> list[subprocess.CompletedProcess]:
+    """Run ``commands`` (``[SCRIPT]`` or ``["-m", MODULE, *ARGS]``) one after another
+    in one fresh interpreter, each as its own ``python ...`` would run: a
+    ``CompletedProcess`` each. For tests whose subject is not a fresh process
+    but what a command prints and exits with. ``kwargs`` go to
+    ``subprocess.run`` (``cwd``, ``env``). The interpreter itself must exit 0.
+    """
+    proc = subprocess.run(
+        [sys.executable, "-c", _ONE_INTERPRETER, json.dumps(commands)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **kwargs,
+    )
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RTT_RUNS ")]
+    if proc.returncode != 0 or not lines:
+        raise AssertionError(
+            f"the interpreter exited with {proc.returncode}:\n{proc.stderr[-4000:]}"
+        )
+    runs = json.loads(lines[-1][len("RTT_RUNS ") :])
+    return [
+        subprocess.CompletedProcess(command, code, out, err)
+        for command, (code, out, err) in zip(commands, runs, strict=True)
+    ]

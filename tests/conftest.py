@@ -71,13 +71,23 @@ def _session_ray_4_cpus():
     ray.shutdown()
 
 
+def _ensure_session_ray() -> None:
+    if not ray.is_initialized():  # a test shut it down: start it again
+        init_local_ray(4)
+
+
 @pytest.fixture
 def ray_start_4_cpus(_session_ray_4_cpus):
     """A local 4-CPU Ray, shared by the session (started once)."""
-    if not ray.is_initialized():  # a test shut it down: start it again
-        init_local_ray(4)
+    _ensure_session_ray()
     yield
     assert not ray.util.client.ray.is_connected()
+
+
+@pytest.fixture(scope="module")
+def ray_4_cpus_for_module(_session_ray_4_cpus):
+    """The session's 4-CPU Ray, for a module-scoped fixture (a fit shared by tests)."""
+    _ensure_session_ray()
 
 
 @pytest.fixture

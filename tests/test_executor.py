@@ -251,17 +251,13 @@ def test_scheduling_options_outside_a_placement_group(ray_start_4_cpus, monkeypa
 
 
 @pytest.fixture(scope="module")
-def report_runs(_session_ray_4_cpus, tmp_path_factory):
+def report_runs(ray_4_cpus_for_module, tmp_path_factory):
     """One Tuner, three trials of ``report_loop`` on 2 workers, by variant:
 
     * ``order``: 6 reports, rank 0 checkpoints every second one, remote executor;
     * ``order_local``: the same with Ray's executor (``remote_executor=False``);
     * ``all_ranks``: 2 reports, every rank checkpoints each, remote executor.
     """
-    from rtt_testing import init_local_ray
-
-    if not ray.is_initialized():  # a test before shut the session's Ray down
-        init_local_ray(4)
     get_or_create_counter()
     record("executors", [])
     variants = [

@@ -407,9 +407,9 @@ trainer = ray_tt_ext.DataParallelTrainer(
 """
 
 
-#: Every invocation the CLI tests make. They run in one fresh interpreter
-#: (``_CLI_RUNNER``), each as ``main(argv)`` with its own stdout and stderr, as
-#: ``python -m ray_tt_ext`` runs it; one more goes through ``python -m`` itself.
+#: Every invocation the CLI tests make: ``python -m ray_tt_ext inspect ARGS``, all
+#: in one fresh interpreter (``rtt_testing.run_in_one_interpreter``), each with
+#: its own output and exit status; one more runs in an interpreter of its own.
 CLI_INVOCATIONS = [
     ("cli_target:small_fn",),
     ("cli_target:big_fn", "--limit", "1000000", "--top", "3"),
@@ -424,18 +424,6 @@ CLI_INVOCATIONS = [
     (),  # no target: argparse's own error
 ]
 
-_CLI_RUNNER = """
-import contextlib, io, json, sys
-from ray_tt_ext.__main__ import main
-runs = []
-for args in json.loads(sys.argv[1]):
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        code = main(["inspect", *args])
-    runs.append([args, code, out.getvalue(), err.getvalue()])
-print(json.dumps(runs))
-"""
-
 
 @pytest.fixture(scope="module")
 def cli_module(tmp_path_factory):
@@ -448,18 +436,11 @@ def cli_module(tmp_path_factory):
 @pytest.fixture(scope="module")
 def cli_runs(cli_module):
     """``{args: CompletedProcess}`` for every invocation, from one fresh interpreter."""
-    proc = subprocess.run(
-        [sys.executable, "-c", _CLI_RUNNER, json.dumps(CLI_INVOCATIONS)],
-        cwd=cli_module,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return {
-        tuple(args): subprocess.CompletedProcess(args, code, out, err)
-        for args, code, out, err in json.loads(proc.stdout.splitlines()[-1])
-    }
+    from rtt_testing import run_in_one_interpreter
+
+    commands = [["-m", "ray_tt_ext", "inspect", *args] for args in CLI_INVOCATIONS]
+    runs = run_in_one_interpreter(commands, timeout=120, cwd=cli_module)
+    return dict(zip(CLI_INVOCATIONS, runs, strict=True))
 
 
 def run_cli(runs, *args):

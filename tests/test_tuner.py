@@ -124,12 +124,8 @@ def test_restore_returns_our_tuner_and_converts_once(spy_key, storage_path, tmp_
 
 
 @pytest.fixture(scope="module")
-def function_experiment(_session_ray_4_cpus, tmp_path_factory) -> str:
+def function_experiment(ray_4_cpus_for_module, tmp_path_factory) -> str:
     """The path of one fitted experiment of ``function_trainable``."""
-    from rtt_testing import init_local_ray
-
-    if not ray.is_initialized():  # a test before shut the session's Ray down
-        init_local_ray(4)
     storage_path = str(tmp_path_factory.mktemp("by_name"))
     Tuner(function_trainable, run_config=quiet_run_config(storage_path, "by_name")).fit()
     return os.path.join(storage_path, "by_name")
