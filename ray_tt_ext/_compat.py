@@ -497,7 +497,6 @@ def train_v2_bridge_api() -> Any:
     """
     import types
 
-    from ray.util.queue import Queue
     from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
     try:
@@ -507,6 +506,7 @@ def train_v2_bridge_api() -> Any:
         )
         from ray.train.v2._internal.constants import (
             DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+            ENV_VARS_TO_PROPAGATE,
             get_env_vars_to_propagate,
         )
         from ray.train.v2._internal.execution.checkpoint import (
@@ -546,13 +546,13 @@ def train_v2_bridge_api() -> Any:
         DefaultPlacementGroupHandle=DefaultPlacementGroupHandle,
         PlacementGroupCleanerCallback=PlacementGroupCleanerCallback,
         PlacementGroupSchedulingStrategy=PlacementGroupSchedulingStrategy,
-        Queue=Queue,
         RunConfig=v2.RunConfig,
         ScalingConfig=v2.ScalingConfig,
         TrainController=TrainController,
         UserCallback=UserCallback,
         WorkerGroup=WorkerGroup,
         controller_env_vars=controller_env_vars,
+        propagated_env_vars=lambda: frozenset(ENV_VARS_TO_PROPAGATE),
     )
 
 
@@ -882,6 +882,26 @@ def current_actor_or_none() -> Any:
         return None
 
 
+def train_run_pids() -> dict[str, int]:
+    """On a Train V2 training worker: the pids of its run's controller actor and
+    of the actor that started it (a Tune trial actor), read from the GCS's
+    actor table (no dashboard needed). For tests that kill one of them at a
+    chosen moment."""
+    from ray._private.state import actors
+
+    controller = train_v2_api().get_train_context().controller_actor
+    table = actors(actor_state_name="ALIVE")
+    info = table[controller._actor_id.hex()]
+    owner = info["OwnerAddress"]
+    (trial_pid,) = [
+        int(other["Pid"])
+        for other in table.values()
+        if other["Address"]["Port"] == owner["Port"]
+        and other["Address"]["NodeID"] == owner["NodeID"]
+    ]
+    return {"controller": int(info["Pid"]), "trial": trial_pid}
+
+
 # ---------------------------------------------------------------------------
 # The map of every Ray method ray_tt_ext overrides, extends, replaces or patches
 # ---------------------------------------------------------------------------
@@ -984,6 +1004,11 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_TRAIN_V2}._initialize_and_run_controller", "ray_tt_ext._v2_trial:_run_controller_of_a_trial", "patches", "Tune trial actor of a v2.Tuner function trial", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.controller:TrainController.__init__", "ray_tt_ext._v2_trial:TrialController.__init__", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.controller:TrainController.worker_group_cls", "ray_tt_ext._v2_trial:TrialController.__init__", "patches", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController._poll_workers", "ray_tt_ext._v2_trial:TrialController._poll_workers", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.run", "ray_tt_ext._v2_trial:TrialController.run", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:CheckpointManager.after_report", "ray_tt_ext._v2_trial:TuneReportBridge.after_report", "uses", "the run's controller actor (the report index it counts)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.context:TrainContext._wait_then_report", "ray_tt_ext._train_v2:_commit_each_report", "patches", "Train V2 training worker (its context instance, under a v2.Tuner trial)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._get_worker_runtime_env", "ray_tt_ext._v2_trial:TrialWorkerGroup._get_worker_runtime_env", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._create_placement_group", "ray_tt_ext._v2_trial:TrialWorkerGroup._create_placement_group", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group.placement_group_handle:DefaultPlacementGroupHandle.shutdown", "ray_tt_ext._v2_trial:_TunePlacementGroupHandle.shutdown", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:delete_fs_path", "ray_tt_ext._v2_trial:_tune_deletes", "patches", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
@@ -1069,6 +1094,7 @@ __all__ = [
     "should_pickle_by_reference",
     "to_train_v1",
     "train_v1_runtime_env_vars",
+    "train_run_pids",
     "train_v2_api",
     "train_v2_bridge_api",
     "tune_report_queue",

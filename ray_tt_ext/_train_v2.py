@@ -41,6 +41,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, Optional
 
+import ray
+
 from ray_tt_ext import _compat
 from ray_tt_ext._naming import (
     DEFAULT_DIR_NAME_TEMPLATE,
@@ -107,8 +109,16 @@ class _RunFolder:
     the V2 naming knows: the index rank 0 is at and the names this run used.
     """
 
-    def __init__(self, fs: Any, path: str, policy: Optional[CheckpointConfig]):
+    def __init__(
+        self,
+        fs: Any,
+        path: str,
+        policy: Optional[CheckpointConfig],
+        recorded: Optional[Callable[[], set[str]]] = None,
+    ):
         self.path, self.policy = path, policy
+        #: The names of the checkpoints the run recorded (asks the controller).
+        self.recorded = recorded or _recorded_checkpoint_names
         self.listing = FolderListing.of(fs, path, "run folder")
         self.current = -1
         self.used: set[str] = set()
@@ -116,11 +126,20 @@ class _RunFolder:
         self._listed = False
 
     def existing(self) -> set[str]:
-        """The folders in the run folder (listed once per process) plus this run's."""
+        """The folders in the run folder (listed once per process) plus this run's.
+
+        The first time, a sequential index continues after the checkpoints the
+        run recorded (Ray's, restored after a restart or a resume), not after
+        every folder on disk: a folder past them is lost progress (written,
+        never recorded: its report never reached the controller, or some rank
+        never finished its upload), and the checkpoint that takes its index
+        again moves it aside (:meth:`_clear_the_way`), as the Train V1 naming does.
+        """
         names = self.listing.names()
         if not self._listed:
             self._listed = True
-            self._continue_after(names)
+            if self.policy is not None and self.policy.checkpoint_index == SEQUENTIAL:
+                self._continue_after(names & self.recorded())
         return names | self.used
 
     def _continue_after(self, names: set[str]) -> None:
@@ -155,14 +174,6 @@ class _RunFolder:
         policy = self.policy
         index = next_index(policy.checkpoint_index, self.current, metrics)
         name = render_dir_name(policy.checkpoint_dir_name, index, metrics)
-        if policy.checkpoint_index == SEQUENTIAL:
-            seen = {name}
-            while name in existing:  # skip past folders on disk...
-                following = render_dir_name(policy.checkpoint_dir_name, index + 1, metrics)
-                if following in seen:  # ...while the index gives new names
-                    break
-                seen.add(following)
-                index, name = index + 1, following
         if name in self.used:
             raise ValueError(
                 self._reused(name, f"was rendered again (index {index})")
@@ -204,7 +215,7 @@ class _RunFolder:
         """
         if self.listing.is_gone(name):
             return
-        if name in _recorded_checkpoint_names():
+        if name in self.recorded():
             raise ValueError(self._reused(name, "names a checkpoint this run recorded"))
         self.listing.move_aside(name)
 
@@ -306,6 +317,41 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
         )
 
 
+def _committing_controller() -> Optional[Any]:
+    """The run's controller, if it takes reports as they are made (the controller
+    of a ``ray_tt_ext.v2.Tuner`` trial: ``_v2_trial.TrialController``)."""
+    try:
+        controller = _V2.get_train_context().controller_actor
+    except Exception:  # Ray's local mode: no controller
+        return None
+    try:
+        controller.commit_report  # noqa: B018  (an actor handle's method, if it has it)
+    except AttributeError:
+        return None
+    return controller
+
+
+def _commit_each_report(context: Any, controller: Any) -> None:
+    """Patches Ray Train V2's ``TrainContext._wait_then_report`` on this worker's
+    context (runs on a training worker, in the thread that hands a report
+    over: the training loop's, or an ASYNC upload's).
+
+    Ray puts the report in the worker's result queue, where it waits for the
+    controller's next poll (up to ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``): a
+    worker that dies meanwhile takes the report with it. Here the hand-off
+    returns only once the controller recorded the report (its snapshot is in
+    storage) and the trial took it, so a ``report()`` that returned (for
+    ASYNC: an upload that finished) is never lost.
+    """
+    handed_over = context._wait_then_report
+
+    def wait_then_report(training_report: Any, report_call_index: int) -> None:
+        handed_over(training_report, report_call_index)
+        ray.get(controller.commit_report.remote(report_call_index))
+
+    context._wait_then_report = wait_then_report
+
+
 class PolicyTrainFn:
     """The training function a ray_tt_ext.v2 trainer sends: Ray's, plus safe names.
 
@@ -331,7 +377,21 @@ class PolicyTrainFn:
 
     def __call__(self) -> Any:
         """Patches Ray Train V2's worker hook (``set_train_fn_utils``), then runs
-        the user's loop. Runs on a training worker."""
+        the user's loop. Runs on a training worker.
+
+        Under a ``ray_tt_ext.v2.Tuner`` trial's controller, each report also
+        waits for the controller (:func:`_commit_each_report`), and the end of
+        the loop is told to it at once."""
+        controller = _committing_controller()
+        if controller is None:
+            return self._call()
+        _commit_each_report(_V2.get_train_context(), controller)
+        try:
+            return self._call()
+        finally:
+            controller.training_ended.remote()
+
+    def _call(self) -> Any:
         current = _V2.get_train_fn_utils()
         if type(current) is _V2.DistributedTrainFnUtils:
             _V2.set_train_fn_utils(

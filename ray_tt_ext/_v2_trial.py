@@ -24,12 +24,15 @@ Where each piece runs:
 
 from __future__ import annotations
 
+import asyncio
+import collections
 import contextvars
 import dataclasses
 import inspect
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Any, Optional
 
@@ -185,6 +188,9 @@ class TrialWorkerGroup(_V2.WorkerGroup):
 
     #: The trial's placement group (set per controller, see TrialController).
     trial_placement_group: Any = None
+    #: The Ray Train variables this controller's process already had (see
+    #: TrialController): workers that would inherit the same need no runtime env.
+    inherited_env: dict = {}
 
     def _create_placement_group(self, scaling_config: Any, worker_group_context: Any):
         """Overrides Ray Train V2's ``WorkerGroup._create_placement_group``; runs in
@@ -194,6 +200,19 @@ class TrialWorkerGroup(_V2.WorkerGroup):
         if pg is not None and len(pg.bundle_specs) == worker_group_context.num_workers:
             return _TunePlacementGroupHandle(pg)
         return super()._create_placement_group(scaling_config, worker_group_context)
+
+    def _get_worker_runtime_env(self, custom_runtime_env: Any) -> Any:
+        """Extends Ray Train V2's ``WorkerGroup._get_worker_runtime_env``; runs in the
+        controller actor. Ray sets ``env_vars`` on every worker's runtime env (the
+        Ray Train variables to propagate), even when the worker process has them
+        already: a runtime env of its own is a new Python process per worker
+        instead of one of Ray's started workers. Left out when every variable
+        is what this process inherited, and the user gave no ``env_vars``."""
+        runtime_env = _V2.WorkerGroup._get_worker_runtime_env(custom_runtime_env)
+        env_vars = runtime_env.get("env_vars") or {}
+        if env_vars == self.inherited_env and not custom_runtime_env.get("env_vars"):
+            runtime_env = {k: v for k, v in runtime_env.items() if k != "env_vars"}
+        return runtime_env
 
 
 def _tune_deletes(fs: Any, fs_path: str) -> None:
@@ -209,38 +228,154 @@ def _tune_deletes(fs: Any, fs_path: str) -> None:
     logger.debug("Checkpoint %s left for Tune to delete", fs_path)
 
 
-class TrialController(_V2.TrainController):
-    """Ray Train V2's ``TrainController`` for one Tune trial (the controller actor)."""
+#: The TrialController of this process (a controller actor's process runs one).
+_THIS_PROCESS: dict[str, Any] = {}
+#: Between polls of a worker group whose training function has ended (seconds).
+_FINISHING_POLL_S = 0.05
+#: How many such quick polls before the controller's usual interval again.
+_FINISHING_POLLS = 60
 
-    def __init__(self, *, trial_placement_group: Any, **kwargs: Any):
+
+class TrialController(_V2.TrainController):
+    """Ray Train V2's ``TrainController`` for one Tune trial (the controller actor).
+
+    Besides Ray's: the workers' reports reach it when they are made, not at
+    its next poll, and a report returns on a worker only once the run
+    recorded it and the trial took it (:meth:`commit_report`); the trial takes
+    rank 0's reports with :meth:`next_report` (no queue actor between them).
+    """
+
+    def __init__(
+        self,
+        *,
+        trial_placement_group: Any,
+        env_vars: Optional[dict] = None,
+        **kwargs: Any,
+    ):
         """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
         actor. Its worker group starts in ``trial_placement_group``; Tune deletes
-        the checkpoints retention drops (:func:`_tune_deletes`)."""
+        the checkpoints retention drops (:func:`_tune_deletes`); ``env_vars``,
+        what Ray's ``_initialize_and_run_controller`` would give the actor as a
+        runtime env, are set in this process (the actor then starts on one of
+        Ray's started workers instead of a new process)."""
+        inherited = {k: os.environ[k] for k in env_vars or {} if k in os.environ}
+        os.environ.update(env_vars or {})
         _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
         self.worker_group_cls = type(
             "TrialWorkerGroup",
             (TrialWorkerGroup,),
-            {"trial_placement_group": trial_placement_group},
+            {
+                "trial_placement_group": trial_placement_group,
+                "inherited_env": {
+                    k: v for k, v in inherited.items() if k in _V2.propagated_env_vars()
+                },
+            },
         )
+        self._woken = asyncio.Event()
+        self._handed_over = asyncio.Condition()
+        self._taken_index = -1  # the report index of the last report the trial took
+        self._pending: collections.deque = collections.deque()
+        self._ended = False
+        self._quick_polls = 0
+        _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
         super().__init__(**kwargs)
+
+    async def _poll_workers(self) -> Any:
+        """Overrides Ray Train V2's ``TrainController._poll_workers``; runs in the
+        controller actor. As Ray's (at most one poll per health-check interval),
+        except that the wait ends when a worker reports (:meth:`commit_report`)
+        or its training function ends (:meth:`training_ended`): then the
+        controller polls at once, and quickly until the group is done."""
+        interval = self._health_check_interval_s
+        if self._quick_polls > 0:
+            self._quick_polls -= 1
+            interval = min(interval, _FINISHING_POLL_S)
+        remaining = interval - (time.monotonic() - self._latest_poll_time)
+        if remaining > 0 and not self._woken.is_set():
+            try:
+                await asyncio.wait_for(self._woken.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+            if self.get_state().is_terminal():
+                ray.actor.exit_actor()
+        self._woken.clear()
+        status = self._worker_group.poll_status(timeout=self._health_check_interval_s)
+        self._latest_poll_time = time.monotonic()
+        return status
+
+    async def commit_report(self, report_index: int) -> None:
+        """A worker's report ``report_index`` is in its result queue: poll now, and
+        return once the run recorded it (Ray's checkpoint manager: its snapshot
+        is in storage) and the trial took it. Called by every worker after each
+        ``ray.train.report`` (see ``_train_v2.PolicyTrainFn``), whose ``report()``
+        returns only then; runs in the controller actor."""
+        self._woken.set()
+        worker_group = self._worker_group
+        async with self._handed_over:
+            await self._handed_over.wait_for(
+                lambda: (
+                    self._taken_index >= report_index
+                    or self._worker_group is not worker_group
+                    or self._ended
+                )
+            )
+
+    def training_ended(self) -> None:
+        """A worker's training function returned or raised: poll now, and quickly
+        until the group is done (runs in the controller actor)."""
+        self._quick_polls = _FINISHING_POLLS
+        self._woken.set()
+
+    def hand_over(self, report: tuple) -> None:
+        """Rank 0's consolidated report, after Ray's checkpoint manager recorded it
+        (``TuneReportBridge.after_report``, in the controller actor)."""
+        self._pending.append(report)
+        asyncio.get_running_loop().create_task(self._notify())
+
+    async def _notify(self) -> None:
+        async with self._handed_over:
+            self._handed_over.notify_all()
+
+    async def next_report(self) -> Optional[tuple]:
+        """The next of rank 0's reports, ``(metrics, checkpoint)``, once there is one;
+        ``None`` once the run ended and the trial took them all. Called by the
+        trial (``_TrialRun.reports``); runs in the controller actor."""
+        async with self._handed_over:
+            await self._handed_over.wait_for(lambda: self._pending or self._ended)
+            if not self._pending:
+                return None
+            index, metrics, checkpoint = self._pending.popleft()
+            self._taken_index = max(self._taken_index, index)
+            self._handed_over.notify_all()
+            return metrics, checkpoint
+
+    async def run(self) -> None:
+        """Extends Ray Train V2's ``TrainController.run``; runs in the controller
+        actor. When the run ends, the trial's :meth:`next_report` returns
+        ``None`` after the last report, and no worker waits any more."""
+        try:
+            await super().run()
+        finally:
+            self._ended = True
+            await self._notify()
 
 
 class TuneReportBridge(_V2.UserCallback):
-    """Sends rank 0's metrics and each checkpoint to the trial, one at a time.
+    """Hands rank 0's metrics and each checkpoint to the trial, in order.
 
     A Ray Train V2 ``UserCallback``; ``after_report`` runs in the controller
-    actor. The queue holds one report, so Train waits until the trial took the
-    previous one (as Ray's ``TuneReportCallback``).
+    actor, after Ray's checkpoint manager recorded the report. The trial
+    takes each with ``TrialController.next_report``; the workers' ``report()``
+    waits until it did, so Train never runs ahead of Tune by more than one
+    report (as with Ray's ``TuneReportCallback``).
     """
 
-    def __init__(self, queue: Any):
-        self._queue = queue
-
     def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
-        self._queue.put((dict(metrics[0]), checkpoint))
+        controller = _THIS_PROCESS["controller"]
+        index = controller._checkpoint_manager._current_report_index
+        controller.hand_over((index, dict(metrics[0]), checkpoint))
 
 
-_END = "ray_tt_ext.v2: the run ended"
 #: How long a stopped trial waits for Ray's abort of its run before killing the
 #: controller (its workers die with it; a placement group of the run's own stays).
 _ABORT_PATIENCE_S = 10.0
@@ -256,18 +391,16 @@ def _user_error(error: BaseException) -> BaseException:
 
 
 class _TrialRun:
-    """One Train V2 run inside a trial actor: ``fit()`` in a thread of its own,
-    its reports through a one-slot queue (an actor of Ray's, zero CPUs, in the
-    trial's placement group), its controller in the trial's placement group."""
+    """One Train V2 run inside a trial actor: ``fit()`` in a thread of its own, its
+    controller in the trial's placement group, rank 0's reports taken from the
+    controller (``TrialController.next_report``) by the trial's training thread."""
 
-    def __init__(self, with_queue: bool = True) -> None:
-        self.queue = (
-            _V2.Queue(maxsize=1, actor_options={"num_cpus": 0}) if with_queue else None
-        )
+    def __init__(self) -> None:
         self.controller: Any = None
         self.error: Optional[BaseException] = None
         self._thread: Optional[threading.Thread] = None
         self._aborted = False
+        self._started = threading.Event()  # the controller exists, or fit() ended
 
     def start(self, trainer: Any) -> None:
         """Run ``trainer.fit()`` with this trial's controller (trial actor)."""
@@ -290,30 +423,38 @@ class _TrialRun:
         except BaseException as e:  # raised again in the trial's training thread
             self.error = e
         finally:
-            try:
-                self.queue.put(_END)
-            except Exception:  # aborted: the queue is gone, and nobody waits
-                pass
+            self._started.set()
 
     def _run_controller(self, **controller_kwargs: Any) -> Any:
         """Replaces Ray Train V2's ``DataParallelTrainer._initialize_and_run_controller``
         for this trainer instance; runs in the trial actor. The controller is
-        Ray's, its worker group in the trial's placement group."""
+        Ray's, its worker group in the trial's placement group; the Ray Train
+        variables Ray gives it as a runtime env are set in its process."""
         placement_group = ray.util.get_current_placement_group()
         return self.run_controller(
-            TrialController, dict(controller_kwargs, trial_placement_group=placement_group)
+            TrialController,
+            dict(
+                controller_kwargs,
+                trial_placement_group=placement_group,
+                env_vars=_V2.controller_env_vars(),
+            ),
+            runtime_env=None,
         )
 
-    def run_controller(self, controller_cls: type, controller_kwargs: dict) -> Any:
+    def run_controller(
+        self, controller_cls: type, controller_kwargs: dict, runtime_env: Any = "ray"
+    ) -> Any:
         """Start the run's controller actor in the trial's placement group (if the
         trial has one) and wait for its result, as Ray's
-        ``_initialize_and_run_controller`` does (trial actor)."""
+        ``_initialize_and_run_controller`` does (trial actor). ``runtime_env``:
+        Ray's (``"ray"``) or none."""
         placement_group = ray.util.get_current_placement_group()
         options: dict[str, Any] = {
             "num_cpus": 0,  # as Ray's controller; it holds nothing of the trial's
-            "runtime_env": {"env_vars": _V2.controller_env_vars()},
             "max_restarts": 0,
         }
+        if runtime_env == "ray":
+            options["runtime_env"] = {"env_vars": _V2.controller_env_vars()}
         if placement_group is not None:
             options["scheduling_strategy"] = _V2.PlacementGroupSchedulingStrategy(
                 placement_group=placement_group,
@@ -322,16 +463,26 @@ class _TrialRun:
         controller = self.controller = (
             ray.remote(controller_cls).options(**options).remote(**controller_kwargs)
         )
+        self._started.set()
         if self._aborted:  # Tune stopped the trial while the run was starting
             self.abort()
         ray.get(controller.run.remote())
         return ray.get(controller.get_result.remote())
 
     def reports(self):
-        """Rank 0's reports, as they come, until the run ends (trial's training thread)."""
+        """Rank 0's reports, as the run records them, until it ends (trial's
+        training thread). A controller that died ends them; ``finish()`` raises
+        the run's error."""
+        self._started.wait()
+        controller = self.controller
+        if controller is None:
+            return
         while True:
-            item = self.queue.get()
-            if isinstance(item, str) and item == _END:
+            try:
+                item = ray.get(controller.next_report.remote())
+            except ray.exceptions.RayActorError:
+                return
+            if item is None:
                 return
             yield item
 
@@ -344,22 +495,21 @@ class _TrialRun:
             raise error from (self.error if error is not self.error else None)
 
     def abort(self, report_queue: Any = None) -> None:
-        """Stop the run now: its queue, its workers, its controller (trial actor,
+        """Stop the run now: its workers, its controller (trial actor,
         when Tune stops or resets the trial). Tune removes the trial's placement
         group; a run's own (Ray's pattern) goes with Ray's abort.
 
-        The queue goes first: a report waiting for Tune (which no longer takes
+        ``report_queue``: the queue of Ray's ``TuneReportCallback`` (Ray's
+        pattern) goes first: a report waiting for Tune (which no longer takes
         any) holds the controller's event loop in ``put``, and Ray's abort could
-        not run behind it. ``report_queue``: the queue of Ray's
-        ``TuneReportCallback`` (Ray's pattern), instead of this run's own.
+        not run behind it.
         """
         self._aborted = True
-        for queue in (self.queue, report_queue):
-            if queue is not None:
-                try:
-                    ray.kill(queue.actor, no_restart=True)
-                except Exception:
-                    pass
+        if report_queue is not None:
+            try:
+                ray.kill(report_queue.actor, no_restart=True)
+            except Exception:
+                pass
         controller, self.controller = self.controller, None
         if controller is not None:
             try:  # Ray's abort: the worker group, then the controller itself exits
@@ -403,7 +553,7 @@ class V2Trial(_compat.FunctionTrainable):
         kwargs = merged_kwargs(dict(self._params.get()), config, self._trainer_cls)
         run = self._run = _TrialRun()
         kwargs["run_config"] = _run_config_for_trial(
-            kwargs.get("run_config"), storage, run, self._retention
+            kwargs.get("run_config"), storage, self._retention
         )
         trainer = self._trainer_cls(**kwargs)
         trainer._measured_by_tuner = True  # the Tuner measured what Tune registered
@@ -447,9 +597,7 @@ class V2Trial(_compat.FunctionTrainable):
             run.abort()
 
 
-def _run_config_for_trial(
-    run_config: Any, storage: Any, run: _TrialRun, retention: dict[str, Any]
-) -> Any:
+def _run_config_for_trial(run_config: Any, storage: Any, retention: dict[str, Any]) -> Any:
     """The trainer's ``RunConfig`` for this trial's run (trial actor).
 
     The run is named after the trial and lives in the trial folder, so its
@@ -466,27 +614,42 @@ def _run_config_for_trial(
         storage_path=storage.experiment_fs_path,
         storage_filesystem=storage.storage_filesystem,
         checkpoint_config=dataclasses.replace(checkpoint_config, **retention),
-        callbacks=[*(run_config.callbacks or []), TuneReportBridge(run.queue)],
+        callbacks=[*(run_config.callbacks or []), TuneReportBridge()],
     )
 
 
 def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
     """Start the run from the checkpoint Tune gives the trial (trial actor).
 
-    Tune's: the trial's latest when Tune retries or restores it, another
-    trial's when PBT moves one here. The workers' ``ray.train.get_checkpoint()``
-    returns it until the run reports a checkpoint of its own (see
-    ``_train_v2.PolicyTrainFn``): a folder already in the trial folder never
-    counts as one, so an older checkpoint of the run never wins over Tune's.
+    Another trial's (PBT moved one here): the workers'
+    ``ray.train.get_checkpoint()`` returns it until the run reports a
+    checkpoint of its own (see ``_train_v2.PolicyTrainFn``): a folder already
+    in the trial folder never counts as one, so an older checkpoint of the run
+    never wins over the one PBT chose.
+
+    The trial's own (Tune retries or restores it): the run's latest recorded
+    checkpoint wins, which Ray Train restores from the run's snapshot in the
+    trial folder. It is never older than Tune's (Train records each report
+    before Tune hears of it) and may be newer: a report that returned on the
+    workers just before the trial, its controller or the driver died reached
+    the snapshot, not Tune. Tune's is the fallback.
     """
     initial, known = None, ()
     if tune_checkpoint is not None:
         initial = tune_checkpoint
+        parent = tune_checkpoint.path.rstrip("/").rpartition("/")[0]
+        if parent == storage.trial_fs_path.rstrip("/"):
+            known = ()  # the trial's own: the run's latest, if any, is newer
+            return _start_from(trainer, initial, known)
         # Listed now, not from this process's cache: an actor Tune reuses (PBT)
         # has seen the trial folder before, without the run's later checkpoints.
         known = tuple(
             sorted(list_folders(storage.storage_filesystem, storage.trial_fs_path))
         )
+    _start_from(trainer, initial, known)
+
+
+def _start_from(trainer: Any, initial: Any, known: tuple) -> None:
     original = trainer._get_train_func
 
     def get_train_func() -> Any:
@@ -554,7 +717,7 @@ def _run_controller_of_a_trial(self: Any, **controller_kwargs: Any) -> Any:
     runs = _TRIAL_RUNS.get()
     if runs is None:
         return _RAYS_RUN_CONTROLLER[0](self, **controller_kwargs)
-    run = _TrialRun(with_queue=False)
+    run = _TrialRun()
     runs.append(run)
     return run.run_controller(_V2.TrainController, controller_kwargs)
 

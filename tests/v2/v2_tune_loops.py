@@ -10,9 +10,9 @@ import time
 import ray.train
 
 
-def _state_checkpoint(state: dict) -> ray.train.Checkpoint:
+def _state_checkpoint(state: dict, filename: str = "state.json") -> ray.train.Checkpoint:
     d = tempfile.mkdtemp()
-    with open(os.path.join(d, "state.json"), "w") as f:
+    with open(os.path.join(d, filename), "w") as f:
         json.dump(state, f)
     return ray.train.Checkpoint.from_directory(d)
 
@@ -32,12 +32,16 @@ def steps_loop(config: dict) -> None:
 
     ``lr`` shapes the loss; ``fail_at`` (with ``marker``) raises or kills the
     worker once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
-    step (the trial's pid, time) so tests can read the concurrency back.
+    step, and one as training begins (the time), so tests can read the
+    concurrency back.
     """
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
     restored = restored_state()
     start = restored["step"] + 1 if restored else 0
+    if config.get("log_dir"):  # the worker's training began
+        with open(os.path.join(config["log_dir"], f"{os.getpid()}.log"), "a") as f:
+            f.write(f"{config.get('trial_key', '')} {time.time()}\n")
     for step in range(start, config.get("steps", 3)):
         if config.get("fail_at") == step and rank == 0:
             marker = config["marker"]
@@ -81,3 +85,63 @@ def rays_pattern(config: dict) -> None:
         ),
     )
     trainer.fit()
+
+
+def dying_loop(config: dict) -> None:
+    """``steps`` reports, each with a checkpoint holding its step (rank 0's; every
+    rank's shard with ``sharded``), without a pause anywhere.
+
+    Once (``marker``), right after the report of step ``die_after`` returned on
+    rank ``victim_rank``, ``victim`` dies: ``"worker"`` (this process exits),
+    ``"controller"`` or ``"trial"`` (the run's controller actor or the Tune trial
+    actor, killed with SIGKILL; this worker then waits to be stopped);
+    ``"driver"``: this worker waits, for the test to kill the driver.
+    ``victim="upload"``: rank ``victim_rank`` dies inside its upload of step
+    ``die_after``'s checkpoint instead (its part of the folder never written).
+    ``upload="async"``: checkpoints go with ``checkpoint_upload_mode=ASYNC``, and
+    a report of metrics alone follows each (its return proves the upload
+    finished); the death comes after that one.
+    """
+    import signal
+    import threading
+
+    from ray_tt_ext import _compat
+
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    restored = restored_state()
+    start = restored["step"] + 1 if restored else 0
+    marker, victim = config["marker"], config["victim"]
+    # Looked up first, so that the kill comes microseconds after report() returned.
+    pids = _compat.train_run_pids() if victim in ("controller", "trial") else {}
+    for step in range(start, config["steps"]):
+        dies_now = (
+            step == config["die_after"]
+            and rank == (config.get("victim_rank") or 0)
+            and not os.path.exists(marker)
+        )
+        metrics = {"step": step, "start": start, "rank": rank, "worker_pid": os.getpid()}
+        checkpoint = None
+        if rank == 0 or config.get("sharded"):
+            filename = "state.json" if rank == 0 else f"shard_{rank}.json"
+            checkpoint = _state_checkpoint({"step": step, "rank": rank}, filename)
+        kwargs: dict = {}
+        if checkpoint is not None and config.get("upload") == "async":
+            kwargs["checkpoint_upload_mode"] = ray.train.CheckpointUploadMode.ASYNC
+        if dies_now and victim == "upload":
+
+            def die_uploading(checkpoint, checkpoint_dir_name):
+                open(marker, "w").close()
+                os._exit(1)
+
+            kwargs["checkpoint_upload_fn"] = die_uploading
+        ray.train.report(metrics, checkpoint=checkpoint, **kwargs)
+        if config.get("upload") == "async":
+            ray.train.report(dict(metrics, after_upload=True))
+        if dies_now and victim != "upload":
+            open(marker, "w").close()
+            if victim == "worker":
+                os._exit(1)
+            if victim != "driver":  # else the test kills the driver
+                os.kill(pids[victim], signal.SIGKILL)
+            threading.Event().wait()  # until this worker is stopped with its run
