@@ -250,6 +250,7 @@ class TrialController(_V2.TrainController):
         *,
         trial_placement_group: Any,
         env_vars: Optional[dict] = None,
+        replay_after: Optional[str] = None,
         **kwargs: Any,
     ):
         """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
@@ -257,7 +258,8 @@ class TrialController(_V2.TrainController):
         the checkpoints retention drops (:func:`_tune_deletes`); ``env_vars``,
         what Ray's ``_initialize_and_run_controller`` would give the actor as a
         runtime env, are set in this process (the actor then starts on one of
-        Ray's started workers instead of a new process)."""
+        Ray's started workers instead of a new process); ``replay_after``: see
+        :meth:`_replay`."""
         inherited = {k: os.environ[k] for k in env_vars or {} if k in os.environ}
         os.environ.update(env_vars or {})
         _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
@@ -279,6 +281,34 @@ class TrialController(_V2.TrainController):
         self._quick_polls = 0
         _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
         super().__init__(**kwargs)
+        if replay_after is not None:
+            self._replay(replay_after)
+
+    def _replay(self, tune_checkpoint_path: str) -> None:
+        """Hand the trial first the checkpoints the run recorded after Tune's own
+        latest (``""``: Tune has none), in the order the run recorded them.
+
+        Runs in the controller actor, once Ray's checkpoint manager restored the
+        run's snapshot. A report that returned on the workers just before the
+        trial actor, its controller or the driver died reached the snapshot but
+        not Tune: the run resumes from it, and Tune now records it too (its
+        checkpoint, its metrics, its iteration), so that Tune's list and
+        retention match the run's.
+        """
+        manager = self._checkpoint_manager
+        order = manager._checkpoint_to_report_index
+        recorded = sorted(manager._checkpoint_results, key=lambda r: order[r.checkpoint])
+        paths = [r.checkpoint.path.rstrip("/") for r in recorded]
+        tune_path = tune_checkpoint_path.rstrip("/")
+        if tune_path in paths:
+            newer = recorded[paths.index(tune_path) + 1 :]
+        elif tune_path:  # Tune's is one the run dropped since: its latest only
+            newer = recorded[-1:]
+        else:
+            newer = recorded
+        for result in newer:
+            index = order[result.checkpoint] + 1  # the report index it was recorded at
+            self._pending.append((index, dict(result.metrics), result.checkpoint))
 
     async def _poll_workers(self) -> Any:
         """Overrides Ray Train V2's ``TrainController._poll_workers``; runs in the
@@ -401,6 +431,8 @@ class _TrialRun:
         self._thread: Optional[threading.Thread] = None
         self._aborted = False
         self._started = threading.Event()  # the controller exists, or fit() ended
+        #: TrialController's ``replay_after`` (see ``_resume_from``).
+        self.replay_after: Optional[str] = None
 
     def start(self, trainer: Any) -> None:
         """Run ``trainer.fit()`` with this trial's controller (trial actor)."""
@@ -437,6 +469,7 @@ class _TrialRun:
                 controller_kwargs,
                 trial_placement_group=placement_group,
                 env_vars=_V2.controller_env_vars(),
+                replay_after=self.replay_after,
             ),
             runtime_env=None,
         )
@@ -557,7 +590,7 @@ class V2Trial(_compat.FunctionTrainable):
         )
         trainer = self._trainer_cls(**kwargs)
         trainer._measured_by_tuner = True  # the Tuner measured what Tune registered
-        _resume_from(trainer, _compat.get_checkpoint(), storage)
+        run.replay_after = _resume_from(trainer, _compat.get_checkpoint(), storage)
         run.start(trainer)
         score = self._retention.get("checkpoint_score_attribute")
         for metrics, checkpoint in run.reports():
@@ -618,7 +651,7 @@ def _run_config_for_trial(run_config: Any, storage: Any, retention: dict[str, An
     )
 
 
-def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
+def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> Optional[str]:
     """Start the run from the checkpoint Tune gives the trial (trial actor).
 
     Another trial's (PBT moved one here): the workers'
@@ -633,6 +666,10 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
     before Tune hears of it) and may be newer: a report that returned on the
     workers just before the trial, its controller or the driver died reached
     the snapshot, not Tune. Tune's is the fallback.
+
+    Returns what the run's controller hands Tune again first
+    (``TrialController``'s ``replay_after``): the path of Tune's own
+    checkpoint of the trial (``""``: Tune has none), or ``None`` (PBT's).
     """
     initial, known = None, ()
     if tune_checkpoint is not None:
@@ -640,13 +677,17 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> None:
         parent = tune_checkpoint.path.rstrip("/").rpartition("/")[0]
         if parent == storage.trial_fs_path.rstrip("/"):
             known = ()  # the trial's own: the run's latest, if any, is newer
-            return _start_from(trainer, initial, known)
+            _start_from(trainer, initial, known)
+            return tune_checkpoint.path
         # Listed now, not from this process's cache: an actor Tune reuses (PBT)
         # has seen the trial folder before, without the run's later checkpoints.
         known = tuple(
             sorted(list_folders(storage.storage_filesystem, storage.trial_fs_path))
         )
+        _start_from(trainer, initial, known)
+        return None
     _start_from(trainer, initial, known)
+    return ""
 
 
 def _start_from(trainer: Any, initial: Any, known: tuple) -> None:

@@ -1,16 +1,27 @@
 #!/usr/bin/env python3
 """One flavour of the per-trial cost of short trials, in a process of its own.
 
-    python scripts/bench_v2_trials.py FLAVOUR N    (prints one JSON line)
+    python scripts/bench_v2_trials.py FLAVOUR N [HOLD_S]    (prints one JSON line)
 
 FLAVOUR: ``v2_tuner`` (``ray_tt_ext.v2.Tuner(trainer)``), ``rays_pattern``
 (Ray's documented Tune + Train V2 pattern under ``ray.tune.Tuner``: a Tune
 function that fits a V2 trainer with ``TuneReportCallback``; the function's
-trial takes a CPU, its run's worker another, ``max_concurrent_trials=2``), ``v1_tuner`` (``ray_tt_ext.Tuner`` over a
-Train V1 trainer with ``trainer_resources={"CPU": 0}``). Each: N trials of a
-1-worker trainer (1 CPU) that reports once, on a local Ray with 4 CPUs. Prints the fit's seconds, per trial, the placement groups not removed
-and the CPUs free after ``fit()``. Run by ``scripts/bench.py`` (section
-``v2_trials``); Train V1 and V2 cannot share a process.
+trial takes a CPU, its run's worker another, ``max_concurrent_trials=2``),
+``v1_tuner`` (``ray_tt_ext.Tuner`` over a Train V1 trainer with
+``trainer_resources={"CPU": 0}``). Each: N trials of a 1-worker trainer (1
+CPU) that reports once, with a small checkpoint, on a local Ray with 4 CPUs.
+Prints the fit's seconds, per trial, the placement groups not removed and the
+CPUs free after ``fit()``.
+
+With ``HOLD_S`` > 0 the loop waits that long after its report, so that the
+trials' processes all run at once, and the memory of a running trial is
+sampled: the unique memory (USS) and RSS of every Ray worker process that is
+not idle (trial actors, controllers, workers, Ray's helper actors), divided
+by the training workers running (one per trial), the median over the
+samples with the most trials running.
+
+Run by ``scripts/bench.py`` (section ``v2_trials``); Train V1 and V2 cannot
+share a process.
 """
 
 from __future__ import annotations
@@ -43,7 +54,60 @@ CPUS = 4
 def one_report(config):
     import ray.train
 
-    ray.train.report({"loss": config.get("lr", 1.0)})
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "state.json"), "w") as f:
+        json.dump({"lr": config.get("lr", 1.0)}, f)
+    ray.train.report(
+        {"loss": config.get("lr", 1.0)}, checkpoint=ray.train.Checkpoint.from_directory(d)
+    )
+    time.sleep(config.get("hold_s", 0))  # the memory run: every trial alive at once
+
+
+class MemorySampler:
+    """Samples the Ray worker processes of this machine in a thread (bench only)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.samples: list[tuple[int, int, int]] = []  # (workers, uss, rss)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.25):
+            workers = uss = rss = 0
+            for proc in psutil.process_iter(["cmdline"]):
+                title = " ".join(proc.info["cmdline"] or [])
+                if not title.startswith("ray::") or title.startswith("ray::IDLE"):
+                    continue
+                try:
+                    info = proc.memory_full_info()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                uss, rss = uss + info.uss, rss + info.rss
+                workers += "RayTrainWorker" in title
+            self.samples.append((workers, uss, rss))
+
+    def per_trial_mib(self) -> dict[str, float]:
+        import statistics
+
+        most = max(w for w, _, _ in self.samples)
+        full = [(u / w, r / w) for w, u, r in self.samples if w == most and w]
+        return {
+            "trials_at_once": most,
+            "uss_mib": statistics.median(u for u, _ in full) / 2**20,
+            "rss_mib": statistics.median(r for _, r in full) / 2**20,
+        }
 
 
 def rays_pattern(config):
@@ -54,7 +118,7 @@ def rays_pattern(config):
 
     DataParallelTrainer(
         one_report,
-        train_loop_config={"lr": config["lr"]},
+        train_loop_config={"lr": config["lr"], "hold_s": config.get("hold_s", 0)},
         scaling_config=ray.train.ScalingConfig(num_workers=1),
         run_config=ray.train.RunConfig(
             name=ray.tune.get_context().get_trial_name(),
@@ -64,7 +128,7 @@ def rays_pattern(config):
     ).fit()
 
 
-def run(flavour: str, n: int) -> dict:
+def run(flavour: str, n: int, hold_s: float = 0.0) -> dict:
     storage = tempfile.mkdtemp(prefix="rtt_bench_v2_")
     if flavour == "v1_tuner":
         import ray_tt_ext  # its first Train V1 name turns V1 on
@@ -79,6 +143,7 @@ def run(flavour: str, n: int) -> dict:
 
     init_local_ray(CPUS, log_to_driver=False)
     lrs = ray.tune.grid_search([float(i + 1) for i in range(n)])
+    hold = {"hold_s": hold_s} if hold_s else {}
     run_config = ray.tune.RunConfig(name=flavour, storage_path=storage, verbose=0)
     if flavour == "v2_tuner":
         import ray_tt_ext.v2 as v2
@@ -87,7 +152,7 @@ def run(flavour: str, n: int) -> dict:
             v2.DataParallelTrainer(
                 one_report, scaling_config=ray.train.ScalingConfig(num_workers=1)
             ),
-            param_space={"train_loop_config": {"lr": lrs}},
+            param_space={"train_loop_config": {"lr": lrs, **hold}},
             run_config=run_config,
         )
     elif flavour == "rays_pattern":
@@ -96,7 +161,11 @@ def run(flavour: str, n: int) -> dict:
         # max_concurrent_trials keeps the two from waiting on each other.
         tuner = ray.tune.Tuner(
             rays_pattern,
-            param_space={"lr": lrs, "storage_path": os.path.join(storage, "runs")},
+            param_space={
+                "lr": lrs,
+                "storage_path": os.path.join(storage, "runs"),
+                **hold,
+            },
             tune_config=ray.tune.TuneConfig(max_concurrent_trials=CPUS // 2),
             run_config=run_config,
         )
@@ -108,11 +177,16 @@ def run(flavour: str, n: int) -> dict:
                 one_report,
                 scaling_config=ScalingConfig(num_workers=1, trainer_resources={"CPU": 0}),
             ),
-            param_space={"train_loop_config": {"lr": lrs}},
+            param_space={"train_loop_config": {"lr": lrs, **hold}},
             run_config=run_config,
         )
+    sampler = MemorySampler() if hold_s else None
     start = time.perf_counter()
-    results = tuner.fit()
+    if sampler is None:
+        results = tuner.fit()
+    else:
+        with sampler:
+            results = tuner.fit()
     seconds = time.perf_counter() - start
     time.sleep(2.0)  # let Tune's removals land before counting what is left
     left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
@@ -126,9 +200,12 @@ def run(flavour: str, n: int) -> dict:
         "free_cpus": ray.available_resources().get("CPU", 0.0),
         "ray": ray.__version__,
     }
+    if sampler is not None:
+        out["memory"] = sampler.per_trial_mib()
     ray.shutdown()
     return out
 
 
 if __name__ == "__main__":
-    print(json.dumps(run(sys.argv[1], int(sys.argv[2]))))
+    hold_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
+    print(json.dumps(run(sys.argv[1], int(sys.argv[2]), hold_s)))

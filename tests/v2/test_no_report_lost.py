@@ -39,6 +39,7 @@ CASES = {
     "worker_train": {"victim": "worker", "workers": 1, "train_retries": 1},
     "worker_tune": {"victim": "worker", "workers": 1, "train_retries": 0},
     "rank1_of_2": {"victim": "worker", "victim_rank": 1, "workers": 2, "train_retries": 1},
+    "rank0_of_2": {"victim": "worker", "workers": 2, "train_retries": 0},
     "controller": {"victim": "controller", "workers": 1, "train_retries": 0},
     "trial_actor": {"victim": "trial", "workers": 1, "train_retries": 0},
     "async_upload": {
@@ -122,6 +123,11 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
     expected = DIE_AFTER if CASES[case]["victim"] == "upload" else DIE_AFTER + 1
     assert starts and starts[0] == expected, (case, list(rows["start"]))
     assert result.metrics["step"] == STEPS - 1
+    if not CASES[case]["train_retries"]:
+        # Tune restarted the trial; its iteration count went on from the step the
+        # run resumed at (one report per step).
+        resumed = next(i for i, start in enumerate(rows["start"]) if start > 0)
+        assert rows["training_iteration"].iloc[resumed] == expected + 1, case
     trial = result.path
     names = _folders(fs, trial)
     checkpoints = [n for n in names if n.startswith("checkpoint_")]
@@ -136,9 +142,10 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
         assert _read(fs, f"{trial}/{lost}/state.json")["step"] == DIE_AFTER
     else:
         assert checkpoints == sequence, (case, names)
-    # Tune's checkpoints: the run's, whole (every shard), none of them moved aside.
+    # Tune's checkpoints: every one the run recorded (also one whose report reached
+    # the run but not Tune before the death), whole (every shard), none moved aside.
     seen = [c.path for c, _ in result.best_checkpoints]
-    assert seen and all(".unrecorded" not in p for p in seen), seen
+    assert sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in seen) == sequence, (case, seen)
     if CASES[case].get("sharded"):
         for path in seen:
             assert _folders_files(fs, path) == ["shard_1.json", "state.json"], path
@@ -238,3 +245,7 @@ def test_restore_after_the_driver_is_killed_resumes_from_the_last_report(
     starts = [s for s in result.metrics_dataframe["start"] if s > 0]
     assert starts[0] == DIE_AFTER + 1, list(result.metrics_dataframe["start"])
     assert result.metrics["step"] == STEPS - 1
+    # Tune records every checkpoint of the run, step 1's too, whether or not the
+    # killed driver had heard of it.
+    names = sorted(os.path.basename(c.path.rstrip("/")) for c, _ in result.best_checkpoints)
+    assert names == [f"checkpoint_{i:06d}" for i in range(STEPS)], names

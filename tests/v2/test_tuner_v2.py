@@ -155,57 +155,6 @@ def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path):
     assert read_step(result.checkpoint) == 0  # the checkpoint before the error
 
 
-@pytest.mark.parametrize("retries", ["tune", "train"])
-def test_a_killed_worker_resumes_from_the_latest_checkpoint(
-    storage_path, tmp_path, retries
-):
-    config = {
-        "steps": 5,
-        "fail_at": 3,
-        "fail_how": "kill",  # as step 3 begins, right after step 2's report returned
-        "marker": str(tmp_path / "m"),
-    }
-    trainer = trainer_for(
-        storage_path,
-        config,
-        workers=2,
-        failure_config=ray.train.FailureConfig(max_failures=1 if retries == "train" else 0),
-    )
-    (result,) = v2.Tuner(
-        trainer,
-        run_config=ray.tune.RunConfig(
-            name=f"killed_{retries}",
-            storage_path=storage_path,
-            failure_config=ray.tune.FailureConfig(
-                max_failures=1 if retries == "tune" else 0
-            ),
-        ),
-    ).fit()
-    assert os.path.exists(config["marker"])  # the worker did die
-    assert result.error is None
-    rows = result.metrics_dataframe
-    steps, starts = list(rows["step"]), list(rows["start"])
-    assert steps[-1] == 4 and read_step(result.checkpoint) == 4
-    if retries == "train":
-        # One Tune attempt: Ray Train restarted the workers inside the run, and
-        # they went on from step 2's checkpoint, whose report returned just
-        # before the death (no pause: nothing lost).
-        pids = list(rows["worker_pid"])
-        restart = next(i for i in range(1, len(pids)) if pids[i] != pids[i - 1])
-        assert starts[restart] == steps[restart - 1] + 1 == 3
-    else:
-        # Tune restarted the trial from step 2's checkpoint: the run went on from
-        # there, and Tune's iteration count with it (the dataframe may or may
-        # not keep the first attempt's rows, start 0).
-        resumed = [i for i, start in enumerate(starts) if start > 0]
-        assert resumed, rows
-        assert all(start == 0 for start in starts[: resumed[0]])
-        assert starts[resumed[0]] == 3
-        assert rows["training_iteration"].iloc[resumed[0]] == starts[resumed[0]] + 1
-    names = [n for n in folders(result.path) if n.startswith("checkpoint_")]
-    assert names == [f"checkpoint_{i:06d}" for i in range(len(names))]  # one sequence
-
-
 def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
     storage_path, tmp_path
 ):

@@ -30,8 +30,7 @@ def restored_state() -> dict:
 def steps_loop(config: dict) -> None:
     """``steps`` reports, each with a checkpoint from rank 0 holding its step.
 
-    ``lr`` shapes the loss; ``fail_at`` (with ``marker``) raises or kills the
-    worker once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
+    ``lr`` shapes the loss; ``fail_at`` (with ``marker``) raises once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
     step, and one as training begins (the time), so tests can read the
     concurrency back.
     """
@@ -47,8 +46,6 @@ def steps_loop(config: dict) -> None:
             marker = config["marker"]
             if not os.path.exists(marker):
                 open(marker, "w").close()
-                if config.get("fail_how") == "kill":
-                    os._exit(1)
                 raise ValueError(f"lr={config.get('lr')} diverged at step {step}")
         time.sleep(config.get("sleep_s", 0))
         if config.get("log_dir"):
