@@ -553,6 +553,7 @@ def train_v2_bridge_api() -> Any:
         WorkerGroup=WorkerGroup,
         controller_env_vars=controller_env_vars,
         propagated_env_vars=lambda: frozenset(ENV_VARS_TO_PROPAGATE),
+        blocking_get_warning_var=RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
     )
 
 

@@ -25,9 +25,11 @@ Naming rules, the V1 rules carried over (one implementation: ``_naming``):
   worker process) and the names used so far: a name this run recorded is a
   ``ValueError`` (Ray would merge two checkpoints into one folder); a folder
   nobody recorded (lost progress of a crashed attempt) is moved aside intact
-  to ``<name>.unrecorded`` with a warning; sequential indexing skips past
-  folders on disk, so the index continues after worker or controller
-  restarts and when a run is resumed under the same name.
+  to ``<name>.unrecorded`` with a warning; the sequential index continues
+  after the checkpoints the run recorded (after worker or controller
+  restarts, and when a run is resumed under the same name), so a folder past
+  them (written, never recorded) is lost progress, moved aside when the next
+  checkpoint takes its index.
 * With ``ray_tt_ext.v2.CheckpointConfig`` and no explicit name, the policy
   names the checkpoint (``checkpoint_{index:06d}`` by default); without it,
   Ray's timestamp names stay.
@@ -340,7 +342,7 @@ def _commit_each_report(context: Any, controller: Any) -> None:
     controller's next poll (up to ``RAY_TRAIN_HEALTH_CHECK_INTERVAL_S``): a
     worker that dies meanwhile takes the report with it. Here the hand-off
     returns only once the controller recorded the report (its snapshot is in
-    storage) and the trial took it, so a ``report()`` that returned (for
+    storage) and Tune's driver took it, so a ``report()`` that returned (for
     ASYNC: an upload that finished) is never lost.
     """
     handed_over = context._wait_then_report

@@ -17,9 +17,10 @@ Where each piece runs:
   trial's placement group, which Tune reserved from the trainer's
   ``ScalingConfig``; Tune removes it when the trial stops, and the workers
   with it.
-* :class:`TuneReportBridge` (a V2 ``UserCallback``, in the controller): sends
-  rank 0's metrics and the checkpoint to the trial, one at a time (Train waits
-  until Tune took the previous one, as with Ray's ``TuneReportCallback``).
+* :class:`TuneReportBridge` (a V2 ``UserCallback``, in the controller): hands
+  rank 0's metrics and the checkpoint to the trial, in order, once the run
+  recorded them; a worker's ``report()`` returns once Tune took its report
+  (so nothing Tune was told can be lost, and Train never runs ahead of Tune).
 """
 
 from __future__ import annotations
@@ -209,8 +210,13 @@ class TrialWorkerGroup(_V2.WorkerGroup):
         instead of one of Ray's started workers. Left out when every variable
         is what this process inherited, and the user gave no ``env_vars``."""
         runtime_env = _V2.WorkerGroup._get_worker_runtime_env(custom_runtime_env)
-        env_vars = runtime_env.get("env_vars") or {}
-        if env_vars == self.inherited_env and not custom_runtime_env.get("env_vars"):
+        # Set here for the controller's own event loop; no worker is an async actor.
+        quiet = _V2.blocking_get_warning_var
+        env_vars = {
+            k: v for k, v in (runtime_env.get("env_vars") or {}).items() if k != quiet
+        }
+        inherited = {k: v for k, v in self.inherited_env.items() if k != quiet}
+        if env_vars == inherited and not custom_runtime_env.get("env_vars"):
             runtime_env = {k: v for k, v in runtime_env.items() if k != "env_vars"}
         return runtime_env
 
@@ -241,8 +247,9 @@ class TrialController(_V2.TrainController):
 
     Besides Ray's: the workers' reports reach it when they are made, not at
     its next poll, and a report returns on a worker only once the run
-    recorded it and the trial took it (:meth:`commit_report`); the trial takes
-    rank 0's reports with :meth:`next_report` (no queue actor between them).
+    recorded it and Tune took it (:meth:`commit_report`); the trial takes
+    rank 0's reports with :meth:`next_report` (no queue actor between them)
+    and says when Tune took each (:meth:`report_taken`).
     """
 
     def __init__(
@@ -275,7 +282,8 @@ class TrialController(_V2.TrainController):
         )
         self._woken = asyncio.Event()
         self._handed_over = asyncio.Condition()
-        self._taken_index = -1  # the report index of the last report the trial took
+        self._taken_index = -1  # the report index of the last report Tune took
+        self._tasks: set = set()  # strong references to the notifying tasks
         self._pending: collections.deque = collections.deque()
         self._ended = False
         self._quick_polls = 0
@@ -336,7 +344,7 @@ class TrialController(_V2.TrainController):
     async def commit_report(self, report_index: int) -> None:
         """A worker's report ``report_index`` is in its result queue: poll now, and
         return once the run recorded it (Ray's checkpoint manager: its snapshot
-        is in storage) and the trial took it. Called by every worker after each
+        is in storage) and Tune took it (:meth:`report_taken`). Called by every worker after each
         ``ray.train.report`` (see ``_train_v2.PolicyTrainFn``), whose ``report()``
         returns only then; runs in the controller actor."""
         self._woken.set()
@@ -360,24 +368,31 @@ class TrialController(_V2.TrainController):
         """Rank 0's consolidated report, after Ray's checkpoint manager recorded it
         (``TuneReportBridge.after_report``, in the controller actor)."""
         self._pending.append(report)
-        asyncio.get_running_loop().create_task(self._notify())
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._tasks.add(task)  # the event loop keeps only a weak reference
+        task.add_done_callback(self._tasks.discard)
 
     async def _notify(self) -> None:
         async with self._handed_over:
             self._handed_over.notify_all()
 
     async def next_report(self) -> Optional[tuple]:
-        """The next of rank 0's reports, ``(metrics, checkpoint)``, once there is one;
-        ``None`` once the run ended and the trial took them all. Called by the
-        trial (``_TrialRun.reports``); runs in the controller actor."""
+        """The next of rank 0's reports, ``(index, metrics, checkpoint)``, once there
+        is one; ``None`` once the run ended and the trial took them all. Called by
+        the trial (``_TrialRun.reports``); runs in the controller actor."""
         async with self._handed_over:
             await self._handed_over.wait_for(lambda: self._pending or self._ended)
             if not self._pending:
                 return None
-            index, metrics, checkpoint = self._pending.popleft()
+            return self._pending.popleft()
+
+    async def report_taken(self, index: int) -> None:
+        """Tune took the report ``index`` (the trial's ``tune.report`` returned,
+        which it does once Tune's driver has the result): the workers waiting
+        for it go on (:meth:`commit_report`). Runs in the controller actor."""
+        async with self._handed_over:
             self._taken_index = max(self._taken_index, index)
             self._handed_over.notify_all()
-            return metrics, checkpoint
 
     async def run(self) -> None:
         """Extends Ray Train V2's ``TrainController.run``; runs in the controller
@@ -395,9 +410,9 @@ class TuneReportBridge(_V2.UserCallback):
 
     A Ray Train V2 ``UserCallback``; ``after_report`` runs in the controller
     actor, after Ray's checkpoint manager recorded the report. The trial
-    takes each with ``TrialController.next_report``; the workers' ``report()``
-    waits until it did, so Train never runs ahead of Tune by more than one
-    report (as with Ray's ``TuneReportCallback``).
+    takes each with ``TrialController.next_report`` and reports it to Tune;
+    the workers' ``report()`` waits until Tune's driver took it, so Train never
+    runs ahead of Tune (as with Ray's ``TuneReportCallback``).
     """
 
     def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
@@ -503,9 +518,9 @@ class _TrialRun:
         return ray.get(controller.get_result.remote())
 
     def reports(self):
-        """Rank 0's reports, as the run records them, until it ends (trial's
-        training thread). A controller that died ends them; ``finish()`` raises
-        the run's error."""
+        """Rank 0's reports, ``(index, metrics, checkpoint)``, as the run records
+        them, until it ends (trial's training thread). A controller that died
+        ends them; ``finish()`` raises the run's error."""
         self._started.wait()
         controller = self.controller
         if controller is None:
@@ -518,6 +533,14 @@ class _TrialRun:
             if item is None:
                 return
             yield item
+
+    def taken(self, index: int) -> None:
+        """Tune took the report ``index``: the workers waiting for it go on
+        (trial's training thread)."""
+        try:
+            self.controller.report_taken.remote(index)
+        except Exception:  # the controller is gone: nobody waits
+            pass
 
     def finish(self) -> None:
         """Wait for ``fit()``; raise the training loop's error (trial's training thread)."""
@@ -593,7 +616,7 @@ class V2Trial(_compat.FunctionTrainable):
         run.replay_after = _resume_from(trainer, _compat.get_checkpoint(), storage)
         run.start(trainer)
         score = self._retention.get("checkpoint_score_attribute")
-        for metrics, checkpoint in run.reports():
+        for index, metrics, checkpoint in run.reports():
             if checkpoint is not None and score is not None and score not in metrics:
                 raise ValueError(
                     f"A checkpoint was reported without checkpoint_score_attribute "
@@ -607,7 +630,10 @@ class V2Trial(_compat.FunctionTrainable):
                     checkpoint.path.rstrip("/")
                 )
                 metrics["checkpoint_index"] = storage.current_checkpoint_index + 1
+            # Returns once Tune's driver took the result: only then does the
+            # workers' report() return (TrialController.commit_report).
             _compat.tune_report(metrics, checkpoint=checkpoint)
+            run.taken(index)
         run.finish()
         # Like Ray's wrap_function: mark the end without logging twice.
         session.report({_compat.RESULT_DUPLICATE: True})
@@ -663,9 +689,10 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> Optional[s
     The trial's own (Tune retries or restores it): the run's latest recorded
     checkpoint wins, which Ray Train restores from the run's snapshot in the
     trial folder. It is never older than Tune's (Train records each report
-    before Tune hears of it) and may be newer: a report that returned on the
-    workers just before the trial, its controller or the driver died reached
-    the snapshot, not Tune. Tune's is the fallback.
+    before Tune hears of it) and may be newer: a report the run recorded just
+    before the trial or its controller died, before Tune had it (its
+    ``report()`` had not returned yet), or one Tune had when the driver died
+    but had not saved in the experiment's state. Tune's is the fallback.
 
     Returns what the run's controller hands Tune again first
     (``TrialController``'s ``replay_after``): the path of Tune's own
