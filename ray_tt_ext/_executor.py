@@ -1,4 +1,4 @@
-"""A remote BackendExecutor (seed 002): Ray's executor outside the trial's process.
+"""A remote BackendExecutor (ray-project/ray#20123): Ray's executor outside the trial's process.
 
 Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
 ``_create_actor``):

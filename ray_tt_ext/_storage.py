@@ -1,4 +1,4 @@
-"""Pluggable checkpoint indexing and naming (seed 003).
+"""Pluggable checkpoint indexing and naming (ray-project/ray#39927).
 
 Ray bumps a trial's checkpoint index in three places (class Trainable,
 function session, and the driver's ``Trial``), each by calling

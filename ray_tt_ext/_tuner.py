@@ -1,7 +1,7 @@
 """A drop-in ``ray.tune.Tuner`` that converts a Trainer once and guards the payload.
 
 ``trainable`` and ``converted_trainable`` are linked (Ray PR "Only convert a
-BaseTrainer to Trainable once in the Tuner", seed 000): setting the trainable
+BaseTrainer to Trainable once in the Tuner", ray-project/ray#30355): setting the trainable
 converts it, exactly once; the converted trainable is never stale; neither is
 pickled into the experiment state (``tuner.pkl``). ``Tuner.restore`` returns
 this class. Under Ray Client the internal Tuner runs as a zero-CPU actor on

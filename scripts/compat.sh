@@ -5,7 +5,8 @@
 #                                                      this while other jobs run)
 # Runs the whole regression suite (scripts/pytest_sessions.py: tests/ for Train V1,
 # then tests/v2 for Train V2; the `large` runs over the 512 MiB gRPC limit
-# included: they are seed 001's canary); pytest args (-k, -m, --basetemp=...) go to both.
+# included: they are ray-project/ray#43234's canary); pytest args (-k, -m,
+# --basetemp=...) go to both.
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
 # Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Prints one
 # verdict line last; exit 0 on PASS.

@@ -1,4 +1,7 @@
-"""The remote BackendExecutor: placement, one result loop, faults, no leaks (seed 002)."""
+"""The remote BackendExecutor: placement, one result loop, faults, no leaks.
+
+Upstream: ray-project/ray#20123 (Ray Train under Ray Client).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""RemoteBackendExecutor keeps Ray's BackendExecutor contract (seed 002, issue 22).
+"""RemoteBackendExecutor keeps Ray's BackendExecutor contract (ray-project/ray#20123, issue 22).
 
 Each test drives an executor directly, as Ray Train's own unit tests
 (``python/ray/train/tests/test_backend.py``) drive Ray's, and runs the same

@@ -1,4 +1,7 @@
-"""Regression suite for "Sent message larger than max" (Ray #28826, #43146; seed 001).
+"""Regression suite for "Sent message larger than max".
+
+Upstream: fixed by ray-project/ray#28826, broken again by ray-project/ray#43146,
+fixed again by ray-project/ray#43234.
 
 What Tune registers for a trainer must not depend on what the trainer carries.
 Run this file against a new Ray release to see whether upstream regressed it.

@@ -1,4 +1,7 @@
-"""Checkpoint indexing and naming: policies, sync, failures, restores, bad input (seed 003)."""
+"""Checkpoint indexing and naming: policies, sync, failures, restores, bad input.
+
+Upstream: ray-project/ray#39927 (checkpoint index bookkeeping).
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Once-only conversion, restore, and object-store traffic of ray_tt_ext.Tuner (seed 000)."""
+"""Once-only conversion, restore, and object-store traffic of ray_tt_ext.Tuner.
+
+Upstream: ray-project/ray#30355 (convert a Trainer once in the Tuner).
+"""
 
 from __future__ import annotations
 
