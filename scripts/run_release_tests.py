@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -98,6 +99,18 @@ def _end(record: dict) -> dict:
 DOCS = ROOT / "docs" / "release_tests.md"
 
 
+def _published(value: object) -> object:
+    """A measured value as the docs show it: a file of the run by its name (its
+    folder is temporary), no Ray address or node id of the run (they mean
+    nothing after it); ``None``: left out."""
+    if isinstance(value, str):
+        if value.startswith("ray://") or re.fullmatch(r"[0-9a-f]{40,}", value):
+            return None
+        if os.path.isabs(value):
+            return os.path.basename(value)
+    return value
+
+
 def write_docs(records: list, scenarios: list) -> Path:
     """docs/release_tests.md from a full-size run (not --smoke)."""
     import platform
@@ -119,7 +132,9 @@ def write_docs(records: list, scenarios: list) -> Path:
     ]
     for r in records:
         measured = r.get("error") or ", ".join(
-            f"{k}={v}" for k, v in r["metrics"].items() if not isinstance(v, (list, dict))
+            f"{k}={_published(v)}"
+            for k, v in r["metrics"].items()
+            if not isinstance(v, (list, dict)) and _published(v) is not None
         )
         lines.append(
             f"| `{r['name']}` | {described.get(r['name'], '')} "
