@@ -120,6 +120,31 @@ TuneFailureConfig = getattr(ray.tune, "FailureConfig", ray.train.FailureConfig)
 TuneCheckpoint = getattr(ray.tune, "Checkpoint", ray.train.Checkpoint)
 tune_report = getattr(ray.tune, "report", ray.train.report)
 
+
+def v2_migration_warnings_enabled() -> bool:
+    """Whether Ray prints its Train V2 migration warnings, among them its
+    deprecation of ``Tuner(trainer)`` (``RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS``;
+    never on a Ray without them)."""
+    try:
+        from ray.train.constants import _v2_migration_warnings_enabled
+    except ImportError:  # a Ray before the migration warnings
+        return False
+    return _v2_migration_warnings_enabled()
+
+
+def has_v2_migration_warnings() -> bool:
+    """Whether this Ray has Train V2 migration warnings at all (whatever the variable)."""
+    try:
+        from ray.train.constants import _v2_migration_warnings_enabled  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+#: What Ray 2.51+ says when a Trainer is passed to a Tuner (``TunerInternal.__init__``).
+RAYS_TUNER_OF_TRAINER_DEPRECATION = "Passing a Trainer to the Tuner is deprecated"
+
+
 try:  # Ray >= 2.50 exports it from ray.tune; the V1 session has it everywhere.
     from ray.tune import get_checkpoint
 except ImportError:  # Ray 2.40 .. 2.49
@@ -1046,6 +1071,7 @@ __all__ = [
     "InactiveWorkerGroupError",
     "MIN_TRAIN_V2_RAY_VERSION",
     "PlacementGroupFactory",
+    "RAYS_TUNER_OF_TRAINER_DEPRECATION",
     "RAY_OVERRIDES",
     "RAY_VERSION",
     "RESULT_DUPLICATE",
@@ -1103,6 +1129,8 @@ __all__ = [
     "train_v2_enabled",
     "tune_report",
     "use_capturing_worker_group",
+    "v2_migration_warnings_enabled",
+    "has_v2_migration_warnings",
     "worker_get_next",
     "worker_report_synchronously",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Optional, Union
@@ -38,6 +39,37 @@ TrainableLike = Union[str, Callable, type[ray.tune.Trainable], BaseTrainer]
 
 def _is_ray_client() -> bool:
     return ray.util.client.ray.is_connected()
+
+
+#: ray_tt_ext's word on ``Tuner(trainer)``, instead of Ray's deprecation.
+TUNER_OF_TRAINER_NOTICE = (
+    "ray_tt_ext: Tuner(trainer) is supported by ray_tt_ext on Ray Train V1 (Ray's "
+    "deprecation of it concerns ray.tune.Tuner); ray_tt_ext.v2.Tuner(trainer) is the "
+    "one-line move to Ray Train V2."
+)
+_NOTICE_LOCK = threading.RLock()
+_NOTICE_GIVEN: list[bool] = []
+
+
+@contextlib.contextmanager
+def _speaking_for_tuner_of_trainer(trainable: Any) -> Iterator[None]:
+    """Around Ray's ``TunerInternal.__init__`` (driver, or the Ray Client Tuner
+    actor): Ray 2.51+'s ``RayDeprecationWarning`` for a Trainer passed to a Tuner
+    gives way to one line of ray_tt_ext's, once per process, when Ray's
+    migration warnings are on. The lock keeps two Tuners built in two threads
+    from restoring each other's warning filters."""
+    if not isinstance(trainable, BaseTrainer):
+        yield
+        return
+    with _NOTICE_LOCK:
+        with warnings.catch_warnings():
+            warnings.filterwarnings(
+                "ignore", message=f".*{_compat.RAYS_TUNER_OF_TRAINER_DEPRECATION}"
+            )
+            yield
+        if _compat.v2_migration_warnings_enabled() and not _NOTICE_GIVEN:
+            _NOTICE_GIVEN.append(True)
+            logger.warning(TUNER_OF_TRAINER_NOTICE)
 
 
 class _TunerInternal(TunerInternal):
@@ -83,7 +115,8 @@ class _TunerInternal(TunerInternal):
             "_storage_context_cls": storage_context_cls,
         }
         self._guarded_trainable: Any = None
-        super().__init__(**kwargs)
+        with _speaking_for_tuner_of_trainer(kwargs.get("trainable")):
+            super().__init__(**kwargs)
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         """Restore ``tuner.pkl``; options given to ``Tuner.restore`` win.

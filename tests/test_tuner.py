@@ -436,3 +436,58 @@ def test_train_v1_reaches_trial_actors_and_workers(ray_start_4_cpus, storage_pat
     assert not results.errors
     assert results[0].metrics["env"] == "0"
     assert results[0].metrics["v1_namespace"] is True
+
+
+@pytest.mark.quick
+def test_tuner_of_trainer_says_ray_tt_ext_supports_it_once_instead_of_rays_deprecation(
+    ray_start_4_cpus, storage_path
+):
+    """What a user sees, with Ray's migration warnings on (as by default) and no
+    warning filter of the tests: two ``ray_tt_ext.Tuner(trainer)`` in a process
+    print ray_tt_ext's line once and not Ray's deprecation of ``Tuner(trainer)``;
+    Ray's own ``ray.tune.Tuner(trainer)`` in the same process still gets Ray's."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from ray_tt_ext import _compat
+    from ray_tt_ext._tuner import TUNER_OF_TRAINER_NOTICE
+
+    script = textwrap.dedent(
+        f"""
+        import ray_tt_ext, ray, ray.train
+        from ray.air.config import ScalingConfig
+        from ray_tt_ext import _compat
+
+        ray.init(address={ray.get_runtime_context().gcs_address!r})
+
+        def loop(config):
+            pass
+
+        trainer = ray_tt_ext.DataParallelTrainer(
+            loop, scaling_config=ScalingConfig(num_workers=1))
+        for name in ("first", "second"):
+            ray_tt_ext.Tuner(trainer, run_config=_compat.TuneRunConfig(
+                storage_path={storage_path!r}, name=name))
+        import ray.tune
+        from ray.train.data_parallel_trainer import DataParallelTrainer
+        ray.tune.Tuner(DataParallelTrainer(
+            loop, scaling_config=ScalingConfig(num_workers=1)),
+            run_config=_compat.TuneRunConfig(storage_path={storage_path!r}, name="rays"))
+        print("DONE")
+        """
+    )
+    env = {
+        k: v for k, v in os.environ.items() if k != "RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS"
+    }
+    env["RAY_TRAIN_V2_ENABLED"] = "0"
+    proc = subprocess.run(
+        [sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=240
+    )
+    assert proc.returncode == 0 and "DONE" in proc.stdout, proc.stderr[-3000:]
+    ours = proc.stderr.count(TUNER_OF_TRAINER_NOTICE)
+    rays = proc.stderr.count(_compat.RAYS_TUNER_OF_TRAINER_DEPRECATION)
+    if _compat.has_v2_migration_warnings():  # this Ray deprecates Tuner(trainer)
+        assert (ours, rays) == (1, 1), proc.stderr[-3000:]
+    else:  # older Rays say nothing, and ray_tt_ext neither
+        assert (ours, rays) == (0, 0), proc.stderr[-3000:]
