@@ -121,24 +121,20 @@ TuneCheckpoint = getattr(ray.tune, "Checkpoint", ray.train.Checkpoint)
 tune_report = getattr(ray.tune, "report", ray.train.report)
 
 
-def v2_migration_warnings_enabled() -> bool:
-    """Whether Ray prints its Train V2 migration warnings, among them its
-    deprecation of ``Tuner(trainer)`` (``RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS``;
-    never on a Ray without them)."""
-    try:
-        from ray.train.constants import _v2_migration_warnings_enabled
-    except ImportError:  # a Ray before the migration warnings
-        return False
-    return _v2_migration_warnings_enabled()
+try:  # Ray's Train V2 migration warnings, among them its deprecation of Tuner(trainer)
+    from ray.train.constants import _v2_migration_warnings_enabled
+except ImportError:  # a Ray before them
+    _v2_migration_warnings_enabled = None
 
 
 def has_v2_migration_warnings() -> bool:
     """Whether this Ray has Train V2 migration warnings at all (whatever the variable)."""
-    try:
-        from ray.train.constants import _v2_migration_warnings_enabled  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return _v2_migration_warnings_enabled is not None
+
+
+def v2_migration_warnings_enabled() -> bool:
+    """Whether Ray prints them now (``RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS``)."""
+    return has_v2_migration_warnings() and _v2_migration_warnings_enabled()
 
 
 #: What Ray 2.51+ says when a Trainer is passed to a Tuner (``TunerInternal.__init__``).

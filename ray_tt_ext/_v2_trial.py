@@ -486,22 +486,22 @@ class _TrialRun:
                 env_vars=_V2.controller_env_vars(),
                 replay_after=self.replay_after,
             ),
-            runtime_env=None,
+            rays_runtime_env=False,
         )
 
     def run_controller(
-        self, controller_cls: type, controller_kwargs: dict, runtime_env: Any = "ray"
+        self, controller_cls: type, controller_kwargs: dict, rays_runtime_env: bool = True
     ) -> Any:
         """Start the run's controller actor in the trial's placement group (if the
         trial has one) and wait for its result, as Ray's
-        ``_initialize_and_run_controller`` does (trial actor). ``runtime_env``:
-        Ray's (``"ray"``) or none."""
+        ``_initialize_and_run_controller`` does (trial actor), with Ray's runtime
+        env for it (``rays_runtime_env``) or none."""
         placement_group = ray.util.get_current_placement_group()
         options: dict[str, Any] = {
             "num_cpus": 0,  # as Ray's controller; it holds nothing of the trial's
             "max_restarts": 0,
         }
-        if runtime_env == "ray":
+        if rays_runtime_env:
             options["runtime_env"] = {"env_vars": _V2.controller_env_vars()}
         if placement_group is not None:
             options["scheduling_strategy"] = _V2.PlacementGroupSchedulingStrategy(
@@ -698,35 +698,28 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> Optional[s
     (``TrialController``'s ``replay_after``): the path of Tune's own
     checkpoint of the trial (``""``: Tune has none), or ``None`` (PBT's).
     """
-    initial, known = None, ()
+    known: tuple = ()  # the trial's own (or none): the run's latest, if any, wins
+    replay_after: Optional[str] = ""
     if tune_checkpoint is not None:
-        initial = tune_checkpoint
+        replay_after = tune_checkpoint.path
         parent = tune_checkpoint.path.rstrip("/").rpartition("/")[0]
-        if parent == storage.trial_fs_path.rstrip("/"):
-            known = ()  # the trial's own: the run's latest, if any, is newer
-            _start_from(trainer, initial, known)
-            return tune_checkpoint.path
-        # Listed now, not from this process's cache: an actor Tune reuses (PBT)
-        # has seen the trial folder before, without the run's later checkpoints.
-        known = tuple(
-            sorted(list_folders(storage.storage_filesystem, storage.trial_fs_path))
-        )
-        _start_from(trainer, initial, known)
-        return None
-    _start_from(trainer, initial, known)
-    return ""
-
-
-def _start_from(trainer: Any, initial: Any, known: tuple) -> None:
+        if parent != storage.trial_fs_path.rstrip("/"):  # another trial's (PBT)
+            # Listed now, not from this process's cache: an actor Tune reuses
+            # has seen the trial folder before, without the run's later checkpoints.
+            known = tuple(
+                sorted(list_folders(storage.storage_filesystem, storage.trial_fs_path))
+            )
+            replay_after = None
     original = trainer._get_train_func
 
     def get_train_func() -> Any:
         train_fn = original()
         if not isinstance(train_fn, PolicyTrainFn):
             train_fn = PolicyTrainFn(train_fn)
-        return train_fn.starting_from(initial, known)
+        return train_fn.starting_from(tune_checkpoint, known)
 
     trainer._get_train_func = get_train_func
+    return replay_after
 
 
 #: The retention fields Tune's and Train V2's ``CheckpointConfig`` share.

@@ -106,11 +106,13 @@ def _read(fs, path: str) -> dict:
         return json.loads(f.read())
 
 
-def _folders(fs, path: str) -> list[str]:
+def _entries(fs, path: str, directories: bool = True) -> list[str]:
+    """The folders (or the files) directly in ``path``, by name."""
     import pyarrow.fs
 
+    kind = pyarrow.fs.FileType.Directory if directories else pyarrow.fs.FileType.File
     infos = fs.get_file_info(pyarrow.fs.FileSelector(path))
-    return sorted(i.base_name for i in infos if i.type == pyarrow.fs.FileType.Directory)
+    return sorted(i.base_name for i in infos if i.type == kind)
 
 
 def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
@@ -129,7 +131,7 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
         resumed = next(i for i, start in enumerate(rows["start"]) if start > 0)
         assert rows["training_iteration"].iloc[resumed] == expected + 1, case
     trial = result.path
-    names = _folders(fs, trial)
+    names = _entries(fs, trial)
     checkpoints = [n for n in names if n.startswith("checkpoint_")]
     sequence = [f"checkpoint_{i:06d}" for i in range(STEPS)]
     if CASES[case]["victim"] == "upload":
@@ -137,7 +139,7 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
         # when the retry's checkpoint of the same step took its name.
         lost = f"checkpoint_{DIE_AFTER:06d}.unrecorded"
         assert checkpoints == sorted([*sequence, lost]), (case, names)
-        files = _folders_files(fs, f"{trial}/{lost}")
+        files = _entries(fs, f"{trial}/{lost}", directories=False)
         assert files == ["state.json"], files
         assert _read(fs, f"{trial}/{lost}/state.json")["step"] == DIE_AFTER
     else:
@@ -148,14 +150,10 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
     assert sorted(p.rstrip("/").rsplit("/", 1)[-1] for p in seen) == sequence, (case, seen)
     if CASES[case].get("sharded"):
         for path in seen:
-            assert _folders_files(fs, path) == ["shard_1.json", "state.json"], path
-
-
-def _folders_files(fs, path: str) -> list[str]:
-    import pyarrow.fs
-
-    infos = fs.get_file_info(pyarrow.fs.FileSelector(path))
-    return sorted(i.base_name for i in infos if i.type == pyarrow.fs.FileType.File)
+            assert _entries(fs, path, directories=False) == [
+                "shard_1.json",
+                "state.json",
+            ], path
 
 
 def test_a_report_that_returned_is_never_lost_whatever_dies_next(storage_path, tmp_path):
