@@ -15,9 +15,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
-import enum
 import os
-import queue
 import sys
 import threading
 import warnings
@@ -92,6 +90,7 @@ from ray.train._internal.backend_executor import (  # noqa: F401
     TrainingWorkerError,
 )
 from ray.train._internal.storage import StorageContext
+from ray.train._internal.utils import check_for_failure
 from ray.train._internal.worker_group import RayTrainWorker as _RayTrainWorker
 from ray.train._internal.worker_group import WorkerGroup as _WorkerGroup
 from ray.train.base_trainer import BaseTrainer
@@ -613,69 +612,14 @@ def join_training_thread(session: Any, timeout_s: float) -> None:
         thread.join(timeout=timeout_s)
 
 
-class WorkerSignal(enum.Enum):
-    """What a worker's ``get_next`` returns instead of a result.
-
-    Compared by identity: an Enum member unpickles to the same object.
-    """
-
-    #: The executor is shutting down: a ``get_next`` issued early was let go.
-    STOPPED = "stopped"
-
-
-def worker_report_synchronously(stop_signal: Optional[list[Any]] = None) -> None:
-    """Make this worker's ``train.report()`` wait for the next ``get_next``.
-
-    Runs on a training worker, after ``BackendExecutor.start_training``. Sets
-    ``_TrainSession.synchronous_result_reporting`` (Ray 2.40 .. 2.60): from
-    then on ``_TrainSession.get_next`` releases the training thread when it is
-    *called* (before it waits for the next result), instead of as soon as it
-    has taken one. Used by the prefetching executor (``_executor.py``) so that
-    fetching a result early does not let the worker run further ahead.
-
-    ``stop_signal`` is ``[ref]`` (a list, so Ray passes the ``ObjectRef``
-    itself): an object the executor makes ready when it shuts down. A daemon
-    thread of this worker waits for it, then puts :attr:`WorkerSignal.STOPPED`
-    into the session's result queue (``_TrainSession.result_queue``, a
-    ``queue.Queue(1)`` in Ray 2.40 .. 2.60), so that a ``get_next`` issued
-    early returns at once instead of holding the worker's only task thread
-    until the training function reports again. The backend's ``on_shutdown``
-    then runs on the worker right away, as it does with Ray's executor, and the
-    step in progress is stopped where Ray's executor stops it.
-    """
-    session = get_session()
-    if session is None:
-        raise TrainBackendError("no Ray Train session on this worker")
-    session.synchronous_result_reporting = True
-    if stop_signal:
-        threading.Thread(
-            target=_let_go_on_stop,
-            args=(session, stop_signal[0]),
-            name="ray_tt_ext-stop-signal",
-            daemon=True,
-        ).start()
-
-
-def _let_go_on_stop(session: Any, ref: Any) -> None:
-    """Runs in a daemon thread of a training worker: see ``worker_report_synchronously``."""
-    try:
-        ray.get(ref)
-    except Exception:  # the executor is gone, and this worker with it
-        return
-    try:
-        session.result_queue.put_nowait(WorkerSignal.STOPPED)
-    except queue.Full:  # a result is waiting: a pending get_next takes it at once
-        pass
-
-
 def _training_over(session: Any) -> bool:
     """The training thread has ended and left no result and no error to report.
 
     ``_TrainSession.get_next`` (Ray 2.40 .. 2.60) then returns ``None`` too, but
     only after waiting up to a second for an error that cannot come (its
     ``_report_thread_runner_error(block=True)``; the runner thread queues its
-    error before it ends). The prefetching executor makes one request past
-    the end of training, which would hold each worker that long.
+    error before it ends): the last read of a run would hold each worker
+    that long.
     """
     return (
         session.training_started
@@ -730,11 +674,12 @@ class RayTrainWorker(_RayTrainWorker):
 def get_next_methods(worker_group: Any) -> list[Any]:
     """Each worker's :meth:`RayTrainWorker.get_next`, as an actor method to call.
 
-    Runs in the executor host, right after it started ``worker_group``
-    (``WorkerGroup.workers``, Ray 2.40 .. 2.60) with :class:`RayTrainWorker`.
-    The tasks are named as those of Ray's ``BackendExecutor.get_next_results``
-    (``_RayTrainWorker__execute.get_next``), so ``ray list tasks`` and a
-    worker's ``RayTaskError`` read the same with either executor.
+    Runs in the coordinator, on a copy of the executor host's ``worker_group``
+    (``WorkerGroup.workers``, Ray 2.40 .. 2.60) that the host started with
+    :class:`RayTrainWorker`. The tasks are named as those of Ray's
+    ``BackendExecutor.get_next_results`` (``_RayTrainWorker__execute.get_next``),
+    so ``ray list tasks`` and a worker's ``RayTaskError`` read the same with
+    either executor.
     """
     return [
         w.actor.get_next.options(name="_RayTrainWorker__execute.get_next")
@@ -993,22 +938,21 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_STORAGE}.checkpoint_dir_name", "ray_tt_ext._storage:StorageContext.checkpoint_dir_name", "overrides", "wherever a checkpoint is saved"),
     RayOverride(f"{_STORAGE}.persist_current_checkpoint", "ray_tt_ext._storage:StorageContext.persist_current_checkpoint", "extends", "trial actor, training workers"),
     # -- The remote executor (executor host, training workers) ------------------
-    RayOverride(f"{_EXECUTOR}.__init__", "ray_tt_ext._executor:_PrefetchingBackendExecutor.__init__", "extends", "executor host"),
-    RayOverride(f"{_EXECUTOR}.start", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start", "overrides", "executor host"),
-    RayOverride(f"{_EXECUTOR}.start_training", "ray_tt_ext._executor:_PrefetchingBackendExecutor.start_training", "overrides", "executor host"),
-    RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "overrides", "executor host"),
-    RayOverride(f"{_EXECUTOR}.shutdown", "ray_tt_ext._executor:_PrefetchingBackendExecutor.shutdown", "overrides", "executor host"),
-    RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:_PrefetchingBackendExecutor.get_next_results", "uses", "executor host"),
-    RayOverride(f"{_EXECUTOR}._create_placement_group", "ray_tt_ext._executor:_PrefetchingBackendExecutor._create_placement_group", "overrides", "executor host"),
-    RayOverride(f"{_EXECUTOR}._restart", "ray_tt_ext._executor:_PrefetchingBackendExecutor._restart", "extends", "executor host"),
-    RayOverride("ray.train.backend:Backend.on_start", "ray_tt_ext._executor:_PrefetchingBackendExecutor.use_data_context", "patches", "executor host, per executor's backend instance"),
+    RayOverride(f"{_EXECUTOR}.__init__", "ray_tt_ext._executor:_HostedBackendExecutor.__init__", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}.start", "ray_tt_ext._executor:_HostedBackendExecutor.start", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}.shutdown", "ray_tt_ext._executor:_HostedBackendExecutor.shutdown", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}._create_placement_group", "ray_tt_ext._executor:_HostedBackendExecutor._create_placement_group", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}._restart", "ray_tt_ext._executor:_HostedBackendExecutor._restart", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "replaces", "coordinator (trial actor): reads the workers' results as Ray's does"),
+    RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "uses", "executor host, on a worker's failure"),
+    RayOverride("ray.train._internal.utils:check_for_failure", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "uses", "coordinator (trial actor)"),
+    RayOverride("ray.train.backend:Backend.on_start", "ray_tt_ext._executor:_HostedBackendExecutor.use_data_context", "patches", "executor host, per executor's backend instance"),
     RayOverride("ray.train._internal.backend_executor:WorkerGroup", "ray_tt_ext._compat:use_capturing_worker_group", "patches", "executor host (its process only)"),
     RayOverride("ray.train._internal.worker_group:WorkerGroup.add_workers", "ray_tt_ext._compat:CapturingWorkerGroup", "uses", "executor host (WorkerGroup._remote_cls.options)"),
     RayOverride("ray._private.worker:Worker.should_capture_child_tasks_in_placement_group", "ray_tt_ext._compat:captures_child_tasks", "uses", "coordinator (trial actor)"),
     RayOverride("ray.train._internal.storage:get_fs_and_path", "ray_tt_ext._compat:experiment_fs_path", "uses", "driver / Ray Client Tuner actor (StorageContext.experiment_fs_path)"),
     RayOverride("ray.actor:_modify_class", "ray_tt_ext._compat:actor_ready_ref", "uses", "executor host (its __ray_ready__ method, to watch coordinators)"),
     RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat:RayTrainWorker.get_next", "adds", "training worker"),
-    RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat:worker_report_synchronously", "patches", "training worker (synchronous_result_reporting, result_queue)"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat:_training_over", "uses", "training worker (training_thread, result_queue, error_queue)"),
     # -- Ray's core, driver ------------------------------------------------------
     RayOverride("ray._private.worker:_post_init_hooks", "ray_tt_ext._compat:add_post_init_hook", "patches", "driver"),
@@ -1088,11 +1032,11 @@ __all__ = [
     "TunerInternal",
     "UnsupportedRayVersionError",
     "V2_ENV_VAR",
-    "WorkerSignal",
     "acting_as_tune_driver",
     "actor_ready_ref",
     "add_post_init_hook",
     "captures_child_tasks",
+    "check_for_failure",
     "check_ray_version",
     "count_out_of_band_pins",
     "current_actor_or_none",
@@ -1127,6 +1071,4 @@ __all__ = [
     "use_capturing_worker_group",
     "v2_migration_warnings_enabled",
     "has_v2_migration_warnings",
-    "worker_get_next",
-    "worker_report_synchronously",
 ]

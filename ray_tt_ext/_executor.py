@@ -3,10 +3,9 @@
 Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
 ``_create_actor``):
 
-* :class:`_PrefetchingBackendExecutor` — Ray's ``BackendExecutor``, asking the
-  workers for the next result early (no extra round trip per report, no
-  worker running further ahead than with Ray's executor), and able to start
-  its workers in a placement group it borrows (the trial's) without owning it.
+* :class:`_HostedBackendExecutor` — Ray's ``BackendExecutor``, able to start
+  its workers in a placement group it borrows (the trial's) without owning it,
+  and starting them with a ``get_next`` method the coordinator calls.
 * :class:`BackendExecutorHost` — a plain class that owns real executors, one
   per *session* (one ``RemoteBackendExecutor``), and exposes their methods;
   testable in-process.
@@ -16,12 +15,14 @@ Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
   started by the first trial on that node that asks (the host on the driver's
   node when the fit begins), all gone when the fit returns.
 * :class:`RemoteBackendExecutor` — the drop-in for Ray's ``BackendExecutor``
-  that the coordinator uses: same constructor, every call proxied
-  synchronously to its session in a host.
+  that the coordinator uses: same constructor; every call proxied
+  synchronously to its session in a host, except the reading of results,
+  which it does itself as Ray's executor does (no extra hop per report).
 
 Where a session lives. In a trial of a ``ray_tt_ext.Tuner``, the Tuner's host
-on the trial's node (a zero-CPU actor the trials there share: starting a Ray
-worker process per trial cost about 2 s and 200 MiB). Anywhere else (a
+on the trial's node (a zero-CPU actor the trials there share: a Ray worker
+process per trial is a second or two and some 200 MiB more per trial, see
+docs/benchmarks.md). Anywhere else (a
 trainer's own ``fit()``, Ray's ``Tuner``, direct use, a full or lost shared
 host), a dedicated host of its own, pinned to the caller's node, owned by the
 caller. Either way the host runs outside the caller's placement group, with
@@ -29,12 +30,12 @@ caller. Either way the host runs outside the caller's placement group, with
 caller would: in the caller's placement group if the caller captures child
 tasks (the workers capture theirs too), else in a placement group of its own.
 
-Isolation. Each session has its own executor, thread, stop signal and
-workers; an error, stop or shutdown of one touches no other. A shared host
-watches each session's coordinator and shuts the session's workers down if
-the coordinator dies. A host that dies takes its sessions' workers with it
-(it owns them): each of its trials sees an executor death, and retries as
-``FailureConfig`` says (on a new host, or a dedicated one).
+Isolation. Each session has its own executor and workers; an error, stop or
+shutdown of one touches no other. A shared host watches each session's
+coordinator and shuts the session's workers down if the coordinator dies. A
+host that dies takes its sessions' workers with it (it owns them): each of
+its trials sees an executor death, and retries as ``FailureConfig`` says (on
+a new host, or a dedicated one).
 """
 
 from __future__ import annotations
@@ -61,11 +62,6 @@ from ray_tt_ext import _compat
 logger = logging.getLogger("ray_tt_ext")
 
 
-#: How long a graceful shutdown waits for requests issued early (WorkerGroup's patience).
-_SHUTDOWN_PATIENCE_S = 5.0
-
-#: The host's concurrency group for ``BackendExecutorHost.wait_for_stop``.
-_STOP_GROUP = "stop_signal"
 #: The host's concurrency group for ``BackendExecutorHost.sentinel``.
 _SENTINEL_GROUP = "sentinel"
 #: Sessions one shared host takes at once (more trials on the node get a
@@ -75,50 +71,23 @@ HOST_CAPACITY = 64
 _WATCH_INTERVAL_S = 1.0
 
 
-class _PrefetchingBackendExecutor(_compat.BackendExecutor):
-    """Ray's ``BackendExecutor`` that asks the workers for the next result early.
+class _HostedBackendExecutor(_compat.BackendExecutor):
+    """Ray's ``BackendExecutor`` as it runs in an executor host, for a caller elsewhere.
 
-    Runs in the executor host. Ray's local executor, on each
-    ``get_next_results``, calls ``get_next`` on every worker and waits; the
-    worker hands over the result it has queued and is released to compute the
-    next one. A remote executor done the same way puts one more round trip
-    (coordinator to executor host) on every report. This class removes it
-    without letting the workers run further ahead than Ray allows:
-
-    * the workers report synchronously (their ``get_next`` releases the
-      training thread when it *starts*, then waits for the result);
-    * when the coordinator asks for result *k*, the executor first issues the
-      request for *k + 1*, then waits for *k* (requested the same way during
-      the previous call). On each worker the new request queues behind the
-      one for *k* and starts as soon as *k* is taken, releasing the training
-      thread there and then: exactly when Ray's executor, whose ``get_next``
-      for *k* is issued when the coordinator asks and releases the worker as
-      it takes *k*, would release it;
-    * so result *k* is usually waiting in the executor already when the
-      coordinator asks, one hop away, as it would wait in the worker's queue
-      with Ray's executor, and no worker waits for a round trip through the
-      executor before it may go on.
-
-    A worker is therefore released at the same point as with Ray's executor
-    and still holds at most one unconsumed result, so a trial Tune stops after
-    result *k* has run the same steps (and written the same checkpoints) with
-    either executor. Failures of a call issued early surface on the next
-    ``get_next_results``, through Ray's ``get_with_failure_handling``; results
-    already there are taken with one ``ray.get`` (Ray's waits and gets per
-    worker first), which falls back to Ray's on anything but success.
+    Runs in the executor host. Ray's executor, with what running outside the
+    caller's process needs: it starts its workers in a placement group it
+    borrows (the caller's) without owning it, gives them the caller's Ray Data
+    ``DataContext``, and starts them as :class:`_compat.RayTrainWorker` (Ray's,
+    with a ``get_next`` method), whose results the caller reads directly
+    (:meth:`RemoteBackendExecutor.get_next_results`): reports do not pass
+    through the host.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
         """Extends ``BackendExecutor.__init__``; runs in the executor host."""
         super().__init__(*args, **kwargs)
-        self._next_results: Optional[list[Any]] = None  # ObjectRefs, one per worker
-        # start_training's worker_report_synchronously calls, awaited by the
-        # first get_next_results (as Ray's start_training awaits no training).
-        self._setup: Optional[list[Any]] = None
-        self._stop_signal: Optional[_StopSignal] = None
-        self._make_stop_signal: Optional[Callable[[], _StopSignal]] = None
-        # The workers' own get_next methods while they run, see start()
-        self._get_next: Optional[list[Any]] = None
+        # Whether the running workers are RayTrainWorker (have get_next), see start()
+        self._workers_have_get_next = False
         self._borrowed_placement_group: Optional[Any] = None
 
     def use_placement_group(self, placement_group: Any) -> None:
@@ -170,28 +139,10 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         """Extends ``BackendExecutor._restart``; runs in the executor host.
 
         Ray's, without removing a borrowed placement group (``start`` takes
-        it again), after letting go of the stop signal of the workers it
-        replaces (a thread of the host waits on it).
+        it again).
         """
         self._let_go_of_borrowed_placement_group()
-        self._spend_stop_signal()
         super()._restart()
-
-    def _spend_stop_signal(self) -> None:
-        signal, self._stop_signal = self._stop_signal, None
-        if signal is not None:
-            signal.set()
-
-    def use_stop_signal(self, make_signal: Callable[[], _StopSignal]) -> None:
-        """Let early requests go at shutdown through a signal (see :meth:`shutdown`).
-
-        Set by :class:`BackendExecutorHost` in the executor host, before
-        ``start_training``, which makes a fresh signal with ``make_signal``
-        each time (a shutdown spends one; ``start()`` may follow, as with
-        Ray's executor). Without one (the executor used in-process, as some
-        tests do), a graceful shutdown waits for early requests instead.
-        """
-        self._make_stop_signal = make_signal
 
     def start(
         self,
@@ -206,143 +157,34 @@ class _PrefetchingBackendExecutor(_compat.BackendExecutor):
         ``get_next`` method) unless a ``train_cls`` is given. Ray's restart
         after a worker failure calls this again, without a ``train_cls``.
         """
-        self._get_next = None
+        self._workers_have_get_next = False
         super().start(
             initialization_hook,
             _compat.RayTrainWorker if train_cls is None else train_cls,
             train_cls_args,
             train_cls_kwargs,
         )
-        if train_cls is None and self.is_started():
-            self._get_next = _compat.get_next_methods(self.worker_group)
+        self._workers_have_get_next = train_cls is None and self.is_started()
 
-    def _request_next_results(self) -> list[Any]:
-        if self._get_next is not None:
-            return [get_next.remote() for get_next in self._get_next]
-        # Ray's way: a train_cls of the caller's, or after shutdown (Ray's error).
-        return self.worker_group.execute_async(_compat.worker_get_next)
+    def worker_group_to_read(self) -> Optional[Any]:
+        """The worker group whose results the caller reads itself, or ``None``.
 
-    def start_training(self, *args: Any, **kwargs: Any) -> None:
-        """Overrides ``BackendExecutor.start_training``; runs in the executor host.
-
-        Ray's, then the workers are told to report synchronously and the first
-        result is requested (``get_next`` does not release before the first
-        result, so this lets no worker run ahead); neither is awaited here.
+        Runs in the executor host; the caller gets a copy (handles to the same
+        workers). ``None`` when the workers have no ``get_next`` (a
+        ``train_cls`` of the caller's) or are not running: the caller then
+        asks this executor's ``get_next_results`` (Ray's, errors included).
         """
-        self._next_results = self._setup = None
-        super().start_training(*args, **kwargs)
-        if self._make_stop_signal is not None:
-            self._spend_stop_signal()  # a previous run's, if any
-            self._stop_signal = self._make_stop_signal()
-        stop = [self._stop_signal.ref] if self._stop_signal is not None else None
-        # Not awaited here: Ray's start_training returns without waiting for
-        # the workers' training, so a worker that dies as training starts is
-        # the first get_next_results' TrainingWorkerError, as with Ray's.
-        # Each worker runs these calls in order, before the request below.
-        self._setup = self.worker_group.execute_async(
-            _compat.worker_report_synchronously, stop
-        )
-        self._next_results = self._request_next_results()
-
-    def get_next_results(self) -> Optional[list[Any]]:
-        """Overrides ``BackendExecutor.get_next_results``; runs in the executor host.
-
-        Same contract as Ray's (a result per worker, ``None`` once every
-        worker's training function returned, the same error if only some
-        did), served from the request issued during the previous call; the
-        next request is issued before this one's results are awaited.
-        """
-        setup, self._setup = self._setup, None
-        if setup is not None:
-            try:  # Ray's failure handling: restart the workers, TrainingWorkerError
-                self.get_with_failure_handling(setup)
-            except BaseException:
-                self._next_results = None  # asked of the workers that failed
-                raise
-        futures, self._next_results = self._next_results, None
-        if futures is None:  # not started, or after the final None: as Ray does
-            futures = self._request_next_results()
-        # The coordinator is asking now: the next request goes out before this
-        # one's results are awaited. On each worker it queues behind the
-        # current get_next and starts the moment that one has taken its result,
-        # releasing the training thread there and then, as Ray's get_next does
-        # (no round trip through this actor before a worker may go on).
-        self._next_results = self._request_next_results()
-        try:  # usually ready by now: one get, not Ray's wait-and-get per worker
-            results = ray.get(futures, timeout=0)
-        except Exception:  # not ready, or failed: Ray's own waiting and handling,
-            results = None  # outside this block (no chained "during handling")
-        if results is None:
-            results = self.get_with_failure_handling(futures)
-        if any(r is _compat.WorkerSignal.STOPPED for r in results):  # never before shutdown
-            raise RuntimeError("get_next_results() called after shutdown began")
-        if any(r is None for r in results):
-            if not all(r is None for r in results):
-                raise RuntimeError(
-                    "Some workers returned results while others didn't. Make sure "
-                    "that `session.report()` are called the same number of times "
-                    "on all workers."
-                )
-            # Training is over: the request just issued finds no training
-            # thread and returns None at once (_compat.worker_get_next).
-            self._next_results = None
-            return None
-        return results
+        return self.worker_group if self._workers_have_get_next else None
 
     def shutdown(self, graceful_termination: bool = True) -> None:
-        """Overrides ``BackendExecutor.shutdown``; runs in the executor host.
+        """Extends ``BackendExecutor.shutdown``; runs in the executor host.
 
-        A request issued early occupies each worker's only task thread until
-        the training function reports again, and the backend's cleanup
-        (``on_shutdown``, e.g. Torch's process-group teardown) is a call on
-        every worker that would queue behind it. So a graceful shutdown first
-        lets those requests go: it sets the stop signal, each worker's
-        ``get_next`` returns :attr:`WorkerSignal.STOPPED` at once (see
-        ``_compat.worker_report_synchronously``), and Ray's graceful shutdown
-        follows: ``on_shutdown`` on every worker, then the workers exit,
-        stopping the step in progress where Ray's executor stops it (unless
-        it had already reached its report, it writes no checkpoint the driver
-        never records).
-
-        Without a stop signal (in-process use) it waits for the requests
-        instead, up to Ray's own 5 s worker patience, and falls back to Ray's
-        forced shutdown (no ``on_shutdown``) if they do not come. A borrowed
-        placement group stays (the caller's); one of its own is removed, as
-        Ray's does.
+        Ray's; a borrowed placement group stays (the caller's), one of its own
+        is removed, as Ray's does.
         """
-        pending, self._next_results = self._next_results, None
-        if self._setup is not None:
-            pending = (pending or []) + self._setup
-            self._setup = None
-        self._get_next = None  # the workers go: no handles kept
+        self._workers_have_get_next = False
         self._let_go_of_borrowed_placement_group()
-        # Also when nothing is pending here: after a worker's death the others
-        # may still be inside the get_next that failed. (A forced shutdown sets
-        # it too: it frees the host's waiting thread.)
-        self._spend_stop_signal()
-        if pending and graceful_termination:
-            _, not_done = ray.wait(
-                pending, num_returns=len(pending), timeout=_SHUTDOWN_PATIENCE_S
-            )
-            graceful_termination = not not_done
         super().shutdown(graceful_termination=graceful_termination)
-
-
-class _StopSignal:
-    """An ``ObjectRef`` (:attr:`ref`) that becomes ready when :meth:`set` is called.
-
-    Made by :class:`BackendExecutorHost` in the executor host: :attr:`ref` is
-    the actor's own call of ``wait_for_stop`` (its own concurrency group, so
-    it does not hold up the executor's calls), which returns once ``set()``
-    sets the event it waits on.
-    """
-
-    def __init__(self, ref: Any, event: threading.Event):
-        self.ref = ref
-        self._event = event
-
-    def set(self) -> None:
-        self._event.set()
 
 
 class _TrainingWorkerError(Exception):
@@ -415,9 +257,6 @@ class _Session:
         self.executor = executor
         self.coordinator = coordinator  # actor handle, watched; None: not watched
         self.closed = False
-        # Stop signals by number: one per start_training (see make_stop_signal).
-        self.stop_events: dict[int, threading.Event] = {}
-        self.stop_signals_made = 0
 
 
 class BackendExecutorHost:
@@ -489,24 +328,9 @@ class BackendExecutorHost:
         with self._lock:
             session = self._sessions[session_id]
             session.executor = executor
-        if self._in_actor and hasattr(executor, "use_stop_signal"):
-            executor.use_stop_signal(lambda: self._make_stop_signal(session_id, session))
         if coordinator is not None:
             self._start_watching()
         return True
-
-    def _make_stop_signal(self, session_id: str, session: _Session) -> _StopSignal:
-        """A fresh stop signal for the session: the host's own ``wait_for_stop``
-        call, which returns when the signal's event is set (runs in the host)."""
-        event = threading.Event()
-        with self._lock:
-            session.stop_signals_made += 1
-            number = session.stop_signals_made
-            session.stop_events[number] = event
-            if session.closed:
-                event.set()
-        this_actor = ray.get_runtime_context().current_actor
-        return _StopSignal(this_actor.wait_for_stop.remote(session_id, number), event)
 
     def close(self, session_id: str) -> None:
         """End the session: its workers (if still running) go by force. Runs in the host.
@@ -519,9 +343,6 @@ class BackendExecutorHost:
             if session is None:
                 return
             session.closed = True
-            events = list(session.stop_events.values())
-        for event in events:
-            event.set()
         if session.executor is not None:
             self._force_shutdown(session_id, session)
 
@@ -540,34 +361,10 @@ class BackendExecutorHost:
         with self._lock:
             return len(self._sessions)
 
-    @ray.method(concurrency_group=_STOP_GROUP)
-    def wait_for_stop(self, session_id: str, number: int) -> None:
-        """Returns once the session's stop signal ``number`` is set (its executor
-        shuts down).
-
-        Runs in the host, in its own concurrency group, beside the executors'
-        calls; called once per ``start_training``, by the host itself.
-        """
-        with self._lock:
-            session = self._sessions.get(session_id)
-            event = session.stop_events.get(number) if session is not None else None
-        if event is None:  # closed meanwhile
-            return
-        event.wait()
-        with self._lock:
-            session.stop_events.pop(number, None)
-
     @ray.method(concurrency_group=_SENTINEL_GROUP)
     def sentinel(self) -> None:
         """Never returns: its ``ObjectRef`` fails when this host dies (runs in the host)."""
         threading.Event().wait()
-
-    def get_next_results(self, session_id: str) -> Any:
-        """``call(session_id, "get_next_results", (), {})``, with less to serialize.
-
-        Runs in the host; the coordinator's call on every report.
-        """
-        return self.call(session_id, "get_next_results", (), {})
 
     def call(
         self, session_id: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -703,9 +500,9 @@ class BackendExecutorHost:
 
 # `ray list actors` shows the class name, BackendExecutorHost. Concurrency
 # groups cannot be set in `.options()`.
-_RemoteBackendExecutor = ray.remote(
-    concurrency_groups={_STOP_GROUP: HOST_CAPACITY, _SENTINEL_GROUP: 2}
-)(BackendExecutorHost)
+_RemoteBackendExecutor = ray.remote(concurrency_groups={_SENTINEL_GROUP: 2})(
+    BackendExecutorHost
+)
 
 
 def _host_options(node_id: str, env: Optional[dict[str, str]] = None) -> dict[str, Any]:
@@ -861,7 +658,7 @@ class RemoteBackendExecutor:
     back its place in the host (a dedicated host goes).
     """
 
-    _executor_cls: type[Any] = _PrefetchingBackendExecutor
+    _executor_cls: type[Any] = _HostedBackendExecutor
 
     def __init__(
         self,
@@ -884,6 +681,9 @@ class RemoteBackendExecutor:
         self._actor: Any = None
         self._dedicated = False
         self._session = ""
+        # Each worker's get_next while the run's workers are read directly
+        # (see get_next_results); None: ask the host.
+        self._readers: Optional[list[Any]] = None
         self._open()
 
     def _open(self) -> None:
@@ -999,14 +799,44 @@ class RemoteBackendExecutor:
         )
 
     def start_training(self, *args: Any, **kwargs: Any) -> None:
+        self._readers = None
         self._call("start_training", *args, **kwargs)
+        worker_group = self._call("worker_group_to_read")
+        if worker_group is not None:
+            self._readers = _compat.get_next_methods(worker_group)
 
     def get_next_results(self) -> Optional[list[Any]]:
-        # Every report: the host's method with the least to serialize.
-        session = self._session
-        return self._wait(
-            "get_next_results", lambda actor: actor.get_next_results.remote(session)
-        )
+        """Replaces ``BackendExecutor.get_next_results``; runs in the coordinator.
+
+        Reads each worker's next result itself, as Ray's executor does in the
+        coordinator (the workers' ``get_next``, Ray's ``check_for_failure``,
+        then its checks), so a report costs what it costs with Ray's executor:
+        it does not pass through the host. Only a worker's failure goes to
+        the host, whose executor handles it as Ray's does (its
+        ``get_with_failure_handling`` on the same calls: restart, then
+        ``TrainingWorkerError``). Before ``start_training``, after
+        ``shutdown()`` or with workers of a ``train_cls`` of the caller's, the
+        host's executor answers (Ray's code, Ray's errors).
+        """
+        readers = self._readers
+        if readers is None:
+            return self._call("get_next_results")
+        futures = [get_next.remote() for get_next in readers]
+        ok, _ = _compat.check_for_failure(futures)  # a user's error: Ray's StartTraceback
+        if ok:
+            results = ray.get(futures)
+        else:  # a worker died: the host restarts the workers, as Ray's executor does,
+            self._readers = None  # and raises TrainingWorkerError (training starts again)
+            results = self._call("get_with_failure_handling", futures)
+        if any(r is None for r in results):
+            if not all(r is None for r in results):
+                raise RuntimeError(
+                    "Some workers returned results while others didn't. Make sure "
+                    "that `session.report()` are called the same number of times "
+                    "on all workers."
+                )
+            return None
+        return results
 
     def pause_reporting(self) -> None:
         self._call("pause_reporting")
@@ -1030,6 +860,7 @@ class RemoteBackendExecutor:
 
     def shutdown(self, graceful_termination: bool = True) -> None:
         """Shut the workers down, as Ray's (the session stays: ``start()`` may follow)."""
+        self._readers = None
         if self._actor is None:
             return
         try:
@@ -1043,6 +874,7 @@ class RemoteBackendExecutor:
         A dedicated host goes with it. Runs in the coordinator.
         """
         host, self._actor = self._actor, None
+        self._readers = None
         if host is None:
             return
         try:

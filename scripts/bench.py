@@ -320,7 +320,8 @@ def _executor_setup(
     runs: dict[str, list] = {"local": [], "remote": []}
     init_local_ray(num_cpus, log_to_driver=False)
     try:
-        _executor_case(False, 50, storage)  # warm-up (imports, worker start)
+        for remote in (False, True):  # warm-up of each (imports, worker and host start)
+            _executor_case(remote, 50, storage)
         for i in range(pairs):  # alternating, so drift hits both alike
             order = (("local", False), ("remote", True))
             for kind, remote in order if i % 2 == 0 else order[::-1]:

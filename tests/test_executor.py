@@ -39,7 +39,7 @@ from ray_tt_ext import RemoteBackendExecutor, Tuner
 from ray_tt_ext._compat import BackendExecutor, InactiveWorkerGroupError
 from ray_tt_ext._executor import (
     BackendExecutorHost,
-    _PrefetchingBackendExecutor,
+    _HostedBackendExecutor,
     _scheduling_options,
 )
 
@@ -139,7 +139,7 @@ def _started_executor(train_func, storage_path, backend_config=None):
 
     from ray_tt_ext._compat import StorageContext
 
-    executor = _PrefetchingBackendExecutor(
+    executor = _HostedBackendExecutor(
         backend_config=backend_config or BackendConfig(), num_workers=2, max_retries=0
     )
     executor.start()
@@ -155,7 +155,7 @@ def _started_executor(train_func, storage_path, backend_config=None):
     return executor
 
 
-def test_prefetching_executor_keeps_rays_contract(ray_start_4_cpus, storage_path):
+def test_hosted_executor_keeps_rays_contract_in_process(ray_start_4_cpus, storage_path):
     executor = _started_executor(_three_reports, storage_path)
     try:
         steps = []
@@ -169,34 +169,14 @@ def test_prefetching_executor_keeps_rays_contract(ray_start_4_cpus, storage_path
     _assert_nothing_leaked()
 
 
-def test_in_process_graceful_shutdown_does_not_wait_for_a_result_requested_early(
-    ray_start_4_cpus, storage_path
-):
-    # In-process (no executor actor, so no stop signal): the fallback.
-    # The early request for result 2 waits on a 300 s step.
-    executor = _started_executor(
-        functools.partial(slow_checkpointing_loop, 300.0),
-        storage_path,
-        CleanupBackendConfig(),
-    )
-    try:
-        assert [r.metrics["step"] for r in executor.get_next_results()] == [0, 0]
-        # Result 2 is now requested; the workers sleep before producing it.
-    finally:
-        # Waits Ray's 5 s worker patience, then shuts down by force (no cleanup
-        # queued behind the 300 s step; the module's timeout catches a hang).
-        executor.shutdown(graceful_termination=True)
-    _assert_nothing_leaked()
-
-
 @pytest.mark.parametrize(
     "step_s", [3.0, 120.0], ids=["step_ends_within_patience", "step_outlasts_patience"]
 )
-def test_graceful_shutdown_with_an_early_request_runs_cleanup_and_writes_nothing(
+def test_graceful_shutdown_mid_step_runs_cleanup_and_writes_nothing(
     ray_start_4_cpus, storage_path, step_s
 ):
-    # The remote executor has requested result 2 early when the coordinator
-    # shuts it down; the workers are in a step that ends with a checkpoint.
+    # The coordinator shuts the remote executor down while the workers are in
+    # a step that ends with a checkpoint (result 1 not yet asked for).
     # As with Ray's executor: the backend's on_shutdown runs on every worker,
     # the workers exit at once, and no checkpoint the driver never records
     # appears, neither if the step would have ended within Ray's 5 s patience
@@ -715,7 +695,7 @@ def test_a_shared_host_ends_the_session_of_a_coordinator_that_dies(
         for sid, coordinator in (("doomed", doomed), ("other", other)):
             assert ray.get(
                 host.open.remote(
-                    sid, _PrefetchingBackendExecutor, kwargs, coordinator=coordinator
+                    sid, _HostedBackendExecutor, kwargs, coordinator=coordinator
                 )
             )
             ray.get(host.call.remote(sid, "start", (), {}))
