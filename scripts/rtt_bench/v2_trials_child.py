@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One flavour of the per-trial cost of short trials, in a process of its own.
 
-    python scripts/bench_v2_trials.py FLAVOUR N [HOLD_S]    (prints one JSON line)
+    python scripts/rtt_bench/v2_trials_child.py FLAVOUR N [HOLD_S]    (prints one JSON line)
 
 FLAVOUR: ``v2_tuner`` (``ray_tt_ext.v2.Tuner(trainer)``), ``rays_pattern``
 (Ray's documented Tune + Train V2 pattern under ``ray.tune.Tuner``: a Tune
@@ -33,7 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 os.environ["PYTHONPATH"] = os.pathsep.join(
     p
