@@ -92,7 +92,7 @@ def render(sections: dict[str, Any]) -> str:
                 "reports, each after a 10 ms sleep standing in for a training step). "
                 "`report()` p50: how long the worker's `train.report()` blocks. One "
                 "run: single pairs vary widely on a shared 2-core machine (per pair); "
-                "the notes below the table compare several runs.",
+                "the notes below the table say how a report travels with each executor.",
                 "",
                 "| setup | local reports/s | remote reports/s | overhead | per pair "
                 "| of medians | `report()` p50 local / remote |",
