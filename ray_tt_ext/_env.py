@@ -2,7 +2,8 @@
 
 No Ray import here: ``ray_tt_ext.__getattr__`` calls :func:`activate_train_v1`
 before the module behind a public name imports ``ray.train`` (which binds its
-V1 or V2 names by the variable at that moment). ``_compat`` re-exports it.
+V1 or V2 names by the variable at that moment). ``_compat`` re-exports its
+variable's name, ``V2_ENV_VAR``.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ from typing import Any, Optional
 import ray
 
 from ray_tt_ext import _compat
+from ray_tt_ext._compat import train_v2 as _V2
 from ray_tt_ext._naming import (
     DEFAULT_DIR_NAME_TEMPLATE,
     SEQUENTIAL,
@@ -61,8 +62,6 @@ from ray_tt_ext._naming import (
 from ray_tt_ext._payload import check_registered_payload, register_payload_view
 
 logger = logging.getLogger("ray_tt_ext")
-
-_V2 = _compat.train_v2_api()
 
 
 # ---------------------------------------------------------------------------

@@ -33,9 +33,9 @@ from ray_tt_ext._compat import (
 from ray_tt_ext._executor import (
     ExecutorActorDiedError,
     RemoteBackendExecutor,
-    hosts_name,
     using_hosts,
 )
+from ray_tt_ext._executor_hosts import hosts_name
 from ray_tt_ext._params import ObjectStoreParams, owned_by
 from ray_tt_ext._payload import check_registered_payload, format_bytes, pickled_size
 from ray_tt_ext._storage import checkpoint_policy_installed

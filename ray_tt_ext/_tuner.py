@@ -23,7 +23,7 @@ import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
-from ray_tt_ext._executor import ExecutorHosts
+from ray_tt_ext._executor_hosts import ExecutorHosts
 from ray_tt_ext._payload import (
     check_registered_payload,
     format_bytes,

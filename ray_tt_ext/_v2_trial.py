@@ -40,13 +40,13 @@ from typing import Any, Optional
 import ray
 
 from ray_tt_ext import _compat
+from ray_tt_ext._compat import train_v2_bridge as _V2
 from ray_tt_ext._naming import list_folders
 from ray_tt_ext._params import ObjectStoreParams
 from ray_tt_ext._train_v2 import PolicyTrainFn
 
 logger = logging.getLogger("ray_tt_ext")
 
-_V2 = _compat.train_v2_bridge_api()
 
 #: Trainer constructor parameter -> the attribute Ray's V2 trainers keep it in
 #: (a framework's ``<name>_config``, e.g. ``torch_config``, ``xgboost_config``,

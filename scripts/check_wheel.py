@@ -39,7 +39,9 @@ def main() -> int:
         n for n in names if not n.startswith("ray_tt_ext-") and not n.endswith("/")
     )
     expected = sorted(
-        f"ray_tt_ext/{p.name}" for p in PACKAGE.iterdir() if p.suffix in (".py", ".typed")
+        f"ray_tt_ext/{p.relative_to(PACKAGE).as_posix()}"
+        for p in PACKAGE.rglob("*")
+        if p.suffix in (".py", ".typed") and "__pycache__" not in p.parts
     )
     problems = []
     if code != expected:

@@ -37,11 +37,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 import ray_tt_ext
 from ray_tt_ext import RemoteBackendExecutor, Tuner
 from ray_tt_ext._compat import BackendExecutor, InactiveWorkerGroupError
-from ray_tt_ext._executor import (
-    BackendExecutorHost,
-    _HostedBackendExecutor,
-    _scheduling_options,
-)
+from ray_tt_ext._executor import _scheduling_options
+from ray_tt_ext._executor_host import BackendExecutorHost, _HostedBackendExecutor
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -684,7 +681,7 @@ class _Coordinator:
 def test_a_shared_host_ends_the_session_of_a_coordinator_that_dies(
     ray_start_4_cpus, tmp_path
 ):
-    from ray_tt_ext._executor import ExecutorHosts
+    from ray_tt_ext._executor_hosts import ExecutorHosts
 
     kwargs = dict(backend_config=BackendConfig(), num_workers=1, max_retries=0)
     hosts = ExecutorHosts(str(tmp_path))

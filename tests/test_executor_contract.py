@@ -130,6 +130,10 @@ def test_a_started_executor_keeps_rays_contract_through_shutdown_and_a_new_start
     try:
         assert len(e.worker_group) == 2
         _start_training(e, _reports_twice)
+        if isinstance(e, RemoteBackendExecutor):
+            # The reports below are read from the workers by the proxy itself,
+            # as Ray's executor reads them, not through the host.
+            assert len(e._readers) == 2
         assert [r.metrics["i"] for r in e.get_next_results()] == [0, 0]
         assert [r.metrics["i"] for r in e.get_next_results()] == [1, 1]
         assert e.get_next_results() is None
@@ -186,6 +190,12 @@ def test_a_worker_dying_as_training_starts_fails_get_next_results(
             e.get_next_results()
         assert e._get_num_failures() == 1
         assert e.is_started() and len(e.worker_group) == 2  # restarted, as Ray does
+        # Training starts again on the restarted group (as TrainingIterator
+        # does after TrainingWorkerError), and its results are read from it.
+        _start_training(e, _reports_twice)
+        assert [r.metrics["i"] for r in e.get_next_results()] == [0, 0]
+        assert [r.metrics["i"] for r in e.get_next_results()] == [1, 1]
+        assert e.get_next_results() is None
     finally:
         e.shutdown()
     _no_executor_left()

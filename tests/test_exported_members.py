@@ -71,8 +71,8 @@ def test_only_compat_imports_ray_internals():
 
     package = Path(ray_tt_ext.__file__).parent
     offenders = []
-    for path in package.glob("*.py"):
-        if path.name == "_compat.py":
+    for path in package.rglob("*.py"):
+        if package / "_compat" in path.parents:
             continue
         text = path.read_text()
         for needle in ("._internal", "ray._private", "ray._raylet", "ray.__version__"):

@@ -1,0 +1,198 @@
+"""The one place where ray_tt_ext touches Ray's internals.
+
+Every ``ray.*._internal`` / ``ray._private`` import, every look at Ray's
+version and every decision about Ray Train V2 lives here. Other modules import
+the names below; they never reach into Ray's private modules themselves.
+
+A package, a module per concern: ``versions`` (the supported range, and the
+names that differ between Ray releases; imported first, it refuses an
+unsupported Ray before anything imports ``ray.train``), ``core`` (Ray's core
+and Tune's driver), ``train_mode`` (Train V1 or V2, and V2 configs converted),
+``train_v1`` (the training workers' session, the executor host's process),
+``train_v2`` and ``train_v2_bridge`` (Ray Train V2's internals, typed, imported
+on demand: ``from ray_tt_ext._compat import train_v2``) and ``overrides``
+(``RAY_OVERRIDES``, the map of every Ray method ray_tt_ext changes).
+
+Importing this package never changes ``RAY_TRAIN_V2_ENABLED``: ``ray_tt_ext``
+(the Train V1 integration) calls :func:`activate_train_v1` before it imports
+this module for the first public name taken from it, and ``ray_tt_ext.v2``
+never does (see ``ray_tt_ext/__init__.py``).
+"""
+
+from __future__ import annotations
+
+# isort: off
+# versions first: it checks Ray's version before anything imports ray.train.
+from ray_tt_ext._compat.versions import (
+    AirRunConfig,
+    FUNCTION_SIZE_ERROR_THRESHOLD,
+    FUNCTION_SIZE_WARN_THRESHOLD,
+    RAYS_TUNER_OF_TRAINER_DEPRECATION,
+    RAY_VERSION,
+    TuneCheckpoint,
+    TuneCheckpointConfig,
+    TuneFailureConfig,
+    TuneRunConfig,
+    UnsupportedRayVersionError,
+    check_ray_version,
+    deep_update,
+    get_checkpoint,
+    grpc_max_message_bytes,
+    has_v2_migration_warnings,
+    should_pickle_by_reference,
+    tune_report,
+    v2_migration_warnings_enabled,
+)
+from ray_tt_ext._compat.core import (
+    Experiment,
+    StorageContext,
+    acting_as_tune_driver,
+    actor_ready_ref,
+    add_post_init_hook,
+    count_out_of_band_pins,
+    current_actor_or_none,
+    experiment_fs_path,
+    force_on_current_node_options,
+    is_driver_process,
+    note_ref_pickled,
+    release_out_of_band_pins,
+    set_experiment_storage_context_cls,
+    train_run_pids,
+)
+from ray_tt_ext._compat.train_mode import (
+    AirScalingConfig,
+    MIN_TRAIN_V2_RAY_VERSION,
+    TrainV2DisabledError,
+    TrainV2EnabledError,
+    ensure_train_v1,
+    ensure_train_v2,
+    is_train_v2_trainer,
+    to_train_v1,
+    train_v1_runtime_env_vars,
+    train_v2_enabled,
+)
+from ray_tt_ext._compat.train_v1 import (
+    BorrowedPlacementGroup,
+    RayTrainWorker,
+    TrainBackendError,
+    captures_child_tasks,
+    data_context_if_used,
+    executor_env,
+    get_next_methods,
+    get_session,
+    join_training_thread,
+    set_data_context,
+    tune_report_queue,
+    use_capturing_worker_group,
+    wait_for_workers_to_take_their_calls,
+)
+from ray_tt_ext._compat.overrides import (
+    RAY_OVERRIDES,
+    RayOverride,
+)
+
+# Ray's own names that the other modules take from here.
+import ray.cloudpickle as ray_cloudpickle
+from ray.air._internal.usage import AirEntrypoint
+from ray.air._internal.util import StartTraceback, StartTracebackWithWorkerRank
+from ray.exceptions import ActorDiedError
+from ray.train._internal.backend_executor import (
+    BackendExecutor,
+    InactiveWorkerGroup,
+    InactiveWorkerGroupError,
+    TrainingWorkerError,
+)
+from ray.train._internal.utils import check_for_failure
+from ray.train.base_trainer import BaseTrainer
+from ray.train.constants import CHECKPOINT_DIR_NAME
+from ray.train.data_parallel_trainer import DataParallelTrainer
+from ray.tune.error import TuneError
+from ray.tune.execution.placement_groups import PlacementGroupFactory
+from ray.tune.impl.tuner_internal import TunerInternal
+from ray.tune.result import RESULT_DUPLICATE
+from ray.tune.trainable.function_trainable import FunctionTrainable
+
+# Train V1 activation lives in ``_env`` (it must run before anything imports
+# ``ray.train``); its variable's name is re-exported for the other modules.
+from ray_tt_ext._env import V2_ENV_VAR
+
+# isort: on
+
+__all__ = [
+    "ActorDiedError",
+    "AirEntrypoint",
+    "AirRunConfig",
+    "AirScalingConfig",
+    "BackendExecutor",
+    "BorrowedPlacementGroup",
+    "BaseTrainer",
+    "CHECKPOINT_DIR_NAME",
+    "DataParallelTrainer",
+    "Experiment",
+    "FUNCTION_SIZE_ERROR_THRESHOLD",
+    "FUNCTION_SIZE_WARN_THRESHOLD",
+    "FunctionTrainable",
+    "InactiveWorkerGroup",
+    "InactiveWorkerGroupError",
+    "MIN_TRAIN_V2_RAY_VERSION",
+    "PlacementGroupFactory",
+    "RAYS_TUNER_OF_TRAINER_DEPRECATION",
+    "RAY_OVERRIDES",
+    "RAY_VERSION",
+    "RESULT_DUPLICATE",
+    "RayOverride",
+    "RayTrainWorker",
+    "StartTraceback",
+    "StartTracebackWithWorkerRank",
+    "StorageContext",
+    "TrainBackendError",
+    "TrainV2DisabledError",
+    "TrainingWorkerError",
+    "TrainV2EnabledError",
+    "TuneCheckpoint",
+    "TuneCheckpointConfig",
+    "TuneError",
+    "TuneFailureConfig",
+    "TuneRunConfig",
+    "TunerInternal",
+    "UnsupportedRayVersionError",
+    "V2_ENV_VAR",
+    "acting_as_tune_driver",
+    "actor_ready_ref",
+    "add_post_init_hook",
+    "captures_child_tasks",
+    "check_for_failure",
+    "check_ray_version",
+    "count_out_of_band_pins",
+    "current_actor_or_none",
+    "data_context_if_used",
+    "deep_update",
+    "ensure_train_v1",
+    "ensure_train_v2",
+    "executor_env",
+    "experiment_fs_path",
+    "force_on_current_node_options",
+    "get_checkpoint",
+    "get_next_methods",
+    "get_session",
+    "grpc_max_message_bytes",
+    "is_driver_process",
+    "is_train_v2_trainer",
+    "join_training_thread",
+    "note_ref_pickled",
+    "ray_cloudpickle",
+    "release_out_of_band_pins",
+    "set_data_context",
+    "set_experiment_storage_context_cls",
+    "should_pickle_by_reference",
+    "to_train_v1",
+    "train_v1_runtime_env_vars",
+    "train_run_pids",
+    "tune_report_queue",
+    "train_v2_enabled",
+    "tune_report",
+    "use_capturing_worker_group",
+    "wait_for_workers_to_take_their_calls",
+    "v2_migration_warnings_enabled",
+    "has_v2_migration_warnings",
+]

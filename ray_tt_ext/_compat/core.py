@@ -1,0 +1,190 @@
+"""Ray's core and Tune's driver: object-store pins, post-init hooks, actors, the experiment folder."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import threading
+from collections.abc import Iterator
+from typing import Any, Optional
+
+import ray
+import ray.train
+import ray.tune
+from ray._private import worker as _ray_worker
+from ray.air.util.node import _force_on_current_node
+from ray.train._internal.storage import StorageContext
+from ray.tune.experiment import Experiment
+
+# -- Object-store lifetime of refs pickled out of band (driver) ------------------------
+
+# ref.binary() -> (job id, pins Ray added in this process when it was pickled
+# outside a Ray task), for the refs whose holders track them.
+_OUT_OF_BAND_PINS: dict[bytes, list[Any]] = {}
+# Reentrant: a release runs from a weakref finalizer, which a garbage
+# collection inside a locked section of the same thread may call.
+_PINS_LOCK = threading.RLock()
+
+
+def count_out_of_band_pins(ref: Any) -> None:
+    """Start counting the pins Ray adds for ``ref`` in this process (driver).
+
+    Ray's ``SerializationContext.add_contained_object_ref`` (Ray 2.40 ..
+    2.60) adds a local reference that is never removed each time an
+    ``ObjectRef`` is pickled outside a Ray task (``cloudpickle.dumps`` of a
+    class Tune registers, an actor class it exports), pinning the object for
+    the life of the process. :func:`note_ref_pickled` counts them and
+    :func:`release_out_of_band_pins` removes them. No-op under Ray Client (the
+    client process has no core worker of its own).
+    """
+    if ray.util.client.ray.is_connected():
+        return
+    with _PINS_LOCK:
+        _OUT_OF_BAND_PINS[ref.binary()] = [_ray_worker.global_worker.current_job_id, 0]
+
+
+def note_ref_pickled(ref: Any) -> None:
+    """Count the pin Ray adds if ``ref`` is being pickled out of band now (tracked refs).
+
+    Call it only where ``ref`` is really serialized (a ``__reduce__`` whose
+    result is pickled), not where a reduction is only looked at.
+    """
+    with _PINS_LOCK:
+        entry = _OUT_OF_BAND_PINS.get(ref.binary())
+        if entry is None:
+            return
+        try:
+            context = _ray_worker.global_worker.get_serialization_context()
+            in_band = context.is_in_band_serialization()
+        except Exception:
+            return
+        if not in_band:
+            entry[1] += 1
+
+
+def release_out_of_band_pins(ref: Any) -> None:
+    """Remove the pins counted for ``ref`` (``CoreWorker.remove_object_ref_reference``).
+
+    Runs on the driver, when nothing of this process will use ``ref`` again;
+    Ray's reference counting then frees the object once the last
+    ``ObjectRef`` to it is gone.
+    """
+    with _PINS_LOCK:
+        job_id, pins = _OUT_OF_BAND_PINS.pop(ref.binary(), (None, 0))
+    worker = _ray_worker.global_worker
+    if not pins or not ray.is_initialized() or worker.current_job_id != job_id:
+        return  # Ray was shut down (and the pins with it) since
+    # Never remove more than Ray holds beyond the ObjectRef passed in here.
+    counts = worker.core_worker.get_all_reference_counts()
+    local = counts.get(ref.hex().encode(), {}).get("local", 0)
+    for _ in range(min(pins, local - 1)):
+        worker.core_worker.remove_object_ref_reference(ref)
+
+
+_TUNE_DRIVER_HERE: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "ray_tt_ext_tune_driver_here", default=False
+)
+
+
+@contextlib.contextmanager
+def acting_as_tune_driver() -> Iterator[None]:
+    """Tune's driver loop runs in this Ray worker, for the length of the block.
+
+    For the Ray Client Tuner actor's calls and ``trainer.fit()`` sent to the
+    cluster as a task: :func:`is_driver_process` is true inside the block (in
+    this thread, and in threads started with a copy of its context), false
+    after it, so a task worker process Ray reuses for other tasks is not
+    taken for a driver.
+    """
+    token = _TUNE_DRIVER_HERE.set(True)
+    try:
+        yield
+    finally:
+        _TUNE_DRIVER_HERE.reset(token)
+
+
+def is_driver_process() -> bool:
+    """Whether Tune's driver loop runs here (a driver, a process without Ray, or a
+    Ray worker inside :func:`acting_as_tune_driver`), not a trial actor or a
+    training worker."""
+    if _TUNE_DRIVER_HERE.get():
+        return True
+    return getattr(_ray_worker.global_worker, "mode", None) != _ray_worker.WORKER_MODE
+
+
+def add_post_init_hook(hook) -> None:
+    """Run ``hook()`` right after the next ``ray.init()`` in this process."""
+    _ray_worker._post_init_hooks.append(hook)
+
+
+def force_on_current_node_options() -> dict[str, Any]:
+    """Scheduling options that pin a task/actor to the caller's node."""
+    return _force_on_current_node(None)
+
+
+def set_experiment_storage_context_cls(cls) -> Any:
+    """Swap the StorageContext class Tune's ``Experiment`` builds; return the old one.
+
+    Ray reads ``Experiment._storage_context_cls`` when it builds the
+    experiment in ``tune.run`` (driver), checked on Ray 2.40 .. 2.60.
+    """
+    old = Experiment.__dict__.get("_storage_context_cls", StorageContext)
+    Experiment._storage_context_cls = cls
+    return old
+
+
+def actor_ready_ref(actor: Any) -> Any:
+    """``actor.__ray_ready__.remote()``: an ``ObjectRef`` ready when the actor can
+    take a call, failing with ``ActorDiedError`` once it is dead.
+
+    ``__ray_ready__`` (Ray 2.40 .. 2.60): the method Ray's ``_modify_class`` gives every actor.
+    Runs in the executor host (it watches the trials' coordinators).
+    """
+    return actor.__ray_ready__.remote()
+
+
+def experiment_fs_path(
+    storage_path: str, storage_filesystem: Optional[Any], experiment_dir_name: str
+) -> str:
+    """``StorageContext.experiment_fs_path`` (Ray 2.40 .. 2.60) without building one.
+
+    Ray's ``StorageContext.__init__`` writes and reads a marker file in the
+    experiment folder (requests, on S3); this is the same path from Ray's
+    ``get_fs_and_path``. Runs on the driver (or the Ray Client Tuner actor).
+    """
+    from pathlib import Path
+
+    from ray.train._internal.storage import get_fs_and_path
+
+    _, fs_path = get_fs_and_path(storage_path, storage_filesystem)
+    return Path(Path(fs_path).as_posix(), experiment_dir_name).as_posix()
+
+
+def current_actor_or_none() -> Any:
+    """The handle of the actor this code runs in, or ``None`` (driver, task)."""
+    try:
+        return ray.get_runtime_context().current_actor
+    except Exception:  # RuntimeError outside an actor
+        return None
+
+
+def train_run_pids() -> dict[str, int]:
+    """On a Train V2 training worker: the pids of its run's controller actor and
+    of the actor that started it (a Tune trial actor), read from the GCS's
+    actor table (no dashboard needed). For tests that kill one of them at a
+    chosen moment."""
+    from ray._private.state import actors
+
+    from ray_tt_ext._compat.train_v2 import get_train_context
+
+    controller = get_train_context().controller_actor
+    table = actors(actor_state_name="ALIVE")
+    info = table[controller._actor_id.hex()]
+    owner = info["OwnerAddress"]
+    (trial_pid,) = [
+        int(other["Pid"])
+        for other in table.values()
+        if other["Address"]["Port"] == owner["Port"]
+        and other["Address"]["NodeID"] == owner["NodeID"]
+    ]
+    return {"controller": int(info["Pid"]), "trial": trial_pid}

@@ -1,0 +1,132 @@
+"""The map of every Ray method ray_tt_ext overrides, extends, replaces or patches."""
+
+from __future__ import annotations
+
+import dataclasses
+
+# ---------------------------------------------------------------------------
+# The map of every Ray method ray_tt_ext overrides, extends, replaces or patches
+# ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class RayOverride:
+    """One place where ray_tt_ext changes a Ray class or function.
+
+    ``ray``: the Ray attribute, ``"module:Qualified.name"``; ``ours``: where
+    ray_tt_ext does it, ``"ray_tt_ext.module:Qualified.name"``; ``how``:
+    overrides (replaces the method), extends (calls Ray's), replaces (Ray's is
+    not called), patches (sets it on Ray's class), adds (a method of ours on a
+    subclass of Ray's class, built on the private ``ray`` attribute); ``where``:
+    the process it runs in; ``checked``: the Ray releases it was checked
+    against; ``since``: the oldest Ray that has it (Train V2: 2.51).
+    """
+
+    ray: str
+    ours: str
+    how: str
+    where: str
+    checked: str = "2.40 .. 2.60"
+    since: str = "2.40"
+
+
+_V2_CHECKED = "2.51 .. 2.60"
+_BRIDGE_CHECKED = "2.60 .. 2.60"
+_TRAIN_V2 = "ray.train.v2.api.data_parallel_trainer:DataParallelTrainer"
+_TUNER_INTERNAL = "ray.tune.impl.tuner_internal:TunerInternal"
+_BASE_TRAINER = "ray.train.base_trainer:BaseTrainer"
+_EXECUTOR = "ray.train._internal.backend_executor:BackendExecutor"
+_STORAGE = "ray.train._internal.storage:StorageContext"
+_FUNCTION_TRAINABLE = "ray.tune.trainable.function_trainable:FunctionTrainable"
+
+#: ``scripts/matrix.sh`` on a new Ray runs ``tests/test_compat_map.py``, which
+#: checks that each ``ray`` attribute still exists: what moved is named there.
+RAY_OVERRIDES: tuple[RayOverride, ...] = (
+    # -- Tuner (driver, or under Ray Client the Tuner actor) --------------------
+    RayOverride("ray.tune:Tuner.__init__", "ray_tt_ext._tuner:Tuner.__init__", "replaces", "driver / Ray Client client"),
+    RayOverride("ray.tune:Tuner.restore", "ray_tt_ext._tuner:Tuner.restore", "replaces", "driver / Ray Client client"),
+    RayOverride("ray.tune.tuner:_force_on_current_node", "ray_tt_ext._tuner:_remote_tuner_internal_cls", "replaces", "Ray Client client (Ray's client Tuner actor)"),
+    RayOverride(f"{_TUNER_INTERNAL}.__init__", "ray_tt_ext._tuner:_TunerInternal.__init__", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.__getstate__", "ray_tt_ext._tuner:_TunerInternal.__getstate__", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.__setstate__", "ray_tt_ext._tuner:_TunerInternal.__setstate__", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}._convert_trainable", "ray_tt_ext._tuner:_TunerInternal._convert_trainable", "overrides", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}._validate_trainable", "ray_tt_ext._tuner:_TunerInternal._validate_trainable", "overrides", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_TunerInternal.fit", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_ClientTunerInternal.fit", "extends", "Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}.get_results", "ray_tt_ext._tuner:_ClientTunerInternal.get_results", "extends", "Ray Client Tuner actor"),
+    RayOverride("ray.tune.experiment:Experiment._storage_context_cls", "ray_tt_ext._storage:checkpoint_policy_installed", "patches", "driver, while a fit runs"),
+    # -- V1 trainers -----------------------------------------------------------
+    RayOverride("ray.train.base_trainer:_train_coordinator_fn", "ray_tt_ext._trainer:_train_coordinator_fn", "replaces", "trial actor (coordinator)"),
+    RayOverride(f"{_BASE_TRAINER}._validate_attributes", "ray_tt_ext._trainer:BaseTrainer._validate_attributes", "overrides", "driver and trial actor"),
+    RayOverride(f"{_BASE_TRAINER}.fit", "ray_tt_ext._trainer:BaseTrainer.fit", "extends", "driver"),
+    RayOverride(f"{_BASE_TRAINER}._generate_trainable_cls", "ray_tt_ext._trainer:BaseTrainer._generate_trainable_cls", "overrides", "driver"),
+    RayOverride(f"{_BASE_TRAINER}._extract_fields_for_tuner_param_space", "ray_tt_ext._trainer:BaseTrainer._extract_fields_for_tuner_param_space", "overrides", "driver"),
+    RayOverride(f"{_BASE_TRAINER}.as_trainable", "ray_tt_ext._trainer:BaseTrainer.as_trainable", "overrides", "driver"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.setup", "ray_tt_ext._trainer:_TrainCoordinator.setup", "overrides", "trial actor"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._trainer:_TrainCoordinator.cleanup", "extends", "trial actor"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._trainer:_TrainCoordinator._trainable_func", "overrides", "trial actor"),
+    RayOverride("ray.tune.trainable:Trainable.default_resource_request", "ray_tt_ext._trainer:_TrainCoordinator.default_resource_request", "overrides", "driver"),
+    RayOverride("ray.train.data_parallel_trainer:DataParallelTrainer._propagate_results", "ray_tt_ext._trainer:DataParallelTrainer._propagate_results", "extends", "trial actor (coordinator)"),
+    RayOverride("ray.train.data_parallel_trainer:DataParallelTrainer._backend_executor_cls", "ray_tt_ext._trainer:_executors_shut_down", "patches", "trial actor, per trainer instance"),
+    # -- StorageContext (where checkpoints are saved, and the driver) -----------
+    RayOverride(f"{_STORAGE}._update_checkpoint_index", "ray_tt_ext._storage:StorageContext._update_checkpoint_index", "overrides", "trial actor, training workers, coordinator, driver"),
+    RayOverride(f"{_STORAGE}.checkpoint_dir_name", "ray_tt_ext._storage:StorageContext.checkpoint_dir_name", "overrides", "wherever a checkpoint is saved"),
+    RayOverride(f"{_STORAGE}.persist_current_checkpoint", "ray_tt_ext._storage:StorageContext.persist_current_checkpoint", "extends", "trial actor, training workers"),
+    # -- The remote executor (executor host, training workers) ------------------
+    RayOverride(f"{_EXECUTOR}.__init__", "ray_tt_ext._executor_host:_HostedBackendExecutor.__init__", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}.start", "ray_tt_ext._executor_host:_HostedBackendExecutor.start", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}.start_training", "ray_tt_ext._executor_host:_HostedBackendExecutor.start_training", "extends", "executor host"),
+    RayOverride("ray.actor:_modify_class", "ray_tt_ext._compat.train_v1:wait_for_workers_to_take_their_calls", "uses", "executor host (the workers' __ray_ready__, after Ray's start_training)"),
+    RayOverride(f"{_EXECUTOR}.shutdown", "ray_tt_ext._executor_host:_HostedBackendExecutor.shutdown", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}._create_placement_group", "ray_tt_ext._executor_host:_HostedBackendExecutor._create_placement_group", "overrides", "executor host"),
+    RayOverride(f"{_EXECUTOR}._restart", "ray_tt_ext._executor_host:_HostedBackendExecutor._restart", "extends", "executor host"),
+    RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "replaces", "coordinator (trial actor): reads the workers' results as Ray's does"),
+    RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "uses", "executor host, asked by the coordinator on a worker's failure"),
+    RayOverride("ray.train._internal.utils:check_for_failure", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "uses", "coordinator (trial actor)"),
+    RayOverride("ray.train.backend:Backend.on_start", "ray_tt_ext._executor_host:_HostedBackendExecutor.use_data_context", "patches", "executor host, per executor's backend instance"),
+    RayOverride("ray.train._internal.backend_executor:WorkerGroup", "ray_tt_ext._compat.train_v1:use_capturing_worker_group", "patches", "executor host (its process only)"),
+    RayOverride("ray.train._internal.worker_group:WorkerGroup.add_workers", "ray_tt_ext._compat.train_v1:CapturingWorkerGroup", "uses", "executor host (WorkerGroup._remote_cls.options)"),
+    RayOverride("ray._private.worker:Worker.should_capture_child_tasks_in_placement_group", "ray_tt_ext._compat.train_v1:captures_child_tasks", "uses", "coordinator (trial actor)"),
+    RayOverride("ray.train._internal.storage:get_fs_and_path", "ray_tt_ext._compat.core:experiment_fs_path", "uses", "driver / Ray Client Tuner actor (StorageContext.experiment_fs_path)"),
+    RayOverride("ray.actor:_modify_class", "ray_tt_ext._compat.core:actor_ready_ref", "uses", "executor host (its __ray_ready__ method, to watch coordinators)"),
+    RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat.train_v1:RayTrainWorker.get_next", "adds", "training worker"),
+    RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:_training_over", "uses", "training worker (training_thread, result_queue, error_queue)"),
+    # -- Ray's core, driver ------------------------------------------------------
+    RayOverride("ray._private.worker:_post_init_hooks", "ray_tt_ext._compat.core:add_post_init_hook", "patches", "driver"),
+    RayOverride("ray._raylet:CoreWorker.remove_object_ref_reference", "ray_tt_ext._compat.core:release_out_of_band_pins", "uses", "driver"),
+    # -- Train V2 (Ray >= 2.51) -------------------------------------------------
+    RayOverride(f"{_TRAIN_V2}._validate_configs", "ray_tt_ext._train_v2:_V2TrainerMixin._validate_configs", "extends", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}._get_train_func", "ray_tt_ext._train_v2:_V2TrainerMixin._get_train_func", "overrides", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}.fit", "ray_tt_ext._train_v2:_V2TrainerMixin.fit", "extends", "driver or Tune trial actor", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:DistributedTrainFnUtils.report", "ray_tt_ext._train_v2:_NamingTrainFnUtils.report", "extends", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:set_train_fn_utils", "ray_tt_ext._train_v2:PolicyTrainFn.__call__", "patches", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.train_fn_utils:DistributedTrainFnUtils.get_checkpoint", "ray_tt_ext._train_v2:_NamingTrainFnUtils.get_checkpoint", "extends", "Train V2 training worker", _V2_CHECKED, "2.51"),
+    # -- Tune x Train V2: ray_tt_ext.v2.Tuner(trainer) (Ray 2.60) ------------------
+    RayOverride(f"{_TRAIN_V2}._initialize_and_run_controller", "ray_tt_ext._v2_trial:_TrialRun._run_controller", "replaces", "Tune trial actor, per trainer instance", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}._create_default_callbacks", "ray_tt_ext._v2_trial:_TrialRun.start", "patches", "Tune trial actor, per trainer instance", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_TRAIN_V2}._initialize_and_run_controller", "ray_tt_ext._v2_trial:_run_controller_of_a_trial", "patches", "Tune trial actor of a v2.Tuner function trial", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.__init__", "ray_tt_ext._v2_trial:TrialController.__init__", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.worker_group_cls", "ray_tt_ext._v2_trial:TrialController.__init__", "patches", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController._poll_workers", "ray_tt_ext._v2_trial:TrialController._poll_workers", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.run", "ray_tt_ext._v2_trial:TrialController.run", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:CheckpointManager.register_checkpoint", "ray_tt_ext._v2_trial:TrialController._replay", "uses", "the run's controller actor (the recorded results and their report indices)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:CheckpointManager.after_report", "ray_tt_ext._v2_trial:TuneReportBridge.after_report", "uses", "the run's controller actor (the report index it counts)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.context:TrainContext._wait_then_report", "ray_tt_ext._train_v2:_commit_each_report", "patches", "Train V2 training worker (its context instance, under a v2.Tuner trial)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._get_worker_runtime_env", "ray_tt_ext._v2_trial:TrialWorkerGroup._get_worker_runtime_env", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._create_placement_group", "ray_tt_ext._v2_trial:TrialWorkerGroup._create_placement_group", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.placement_group_handle:DefaultPlacementGroupHandle.shutdown", "ray_tt_ext._v2_trial:_TunePlacementGroupHandle.shutdown", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:delete_fs_path", "ray_tt_ext._v2_trial:_tune_deletes", "patches", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.callbacks.placement_group_callback:PlacementGroupCleanerCallback", "ray_tt_ext._v2_trial:_TrialRun.start", "patches", "Tune trial actor (left out of the run's callbacks)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._v2_trial:V2Trial._trainable_func", "overrides", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:V2Trial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.reset_config", "ray_tt_ext._v2_trial:V2Trial.reset_config", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.tune.trainable:Trainable.default_resource_request", "ray_tt_ext._v2_trial:V2Trial.default_resource_request", "overrides", "driver", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._v2_trial:ReleasingTrial._trainable_func", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:ReleasingTrial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.setup", "ray_tt_ext._v2_trial:ReleasingTrial.setup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride(f"{_FUNCTION_TRAINABLE}.reset_config", "ray_tt_ext._v2_trial:ReleasingTrial.reset_config", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+)  # fmt: skip
+
+
+# Every name other ray_tt_ext modules (and the tests, scripts and release
+# scenarios) take from this module; tests/test_compat_map.py keeps it accurate.

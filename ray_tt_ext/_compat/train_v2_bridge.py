@@ -1,0 +1,89 @@
+"""Ray Train V2's controller, worker group and callback classes that
+``ray_tt_ext.v2.Tuner(trainer)`` builds on (``_v2_trial``).
+
+Imported on demand, in the Tune trial actor and the run's controller actor
+(never on a training worker): importing it on a Ray whose Train V2 lacks one
+of these raises :class:`UnsupportedRayVersionError`. Checked on Ray 2.60;
+``RAY_OVERRIDES`` lists what is overridden.
+"""
+
+from __future__ import annotations
+
+from ray.tune.trainable.function_trainable import wrap_function
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from ray_tt_ext._compat.train_v2 import (
+    CheckpointConfig,
+    DataParallelTrainer,
+    RunConfig,
+    ScalingConfig,
+)
+from ray_tt_ext._compat.versions import (
+    MAX_RAY_VERSION,
+    RAY_VERSION,
+    UnsupportedRayVersionError,
+)
+
+try:
+    from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+    from ray.train.v2._internal.callbacks.placement_group_callback import (
+        PlacementGroupCleanerCallback,
+    )
+    from ray.train.v2._internal.constants import (
+        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+        ENV_VARS_TO_PROPAGATE,
+        get_env_vars_to_propagate,
+    )
+    from ray.train.v2._internal.execution.checkpoint import (
+        checkpoint_manager as checkpoint_manager_module,
+    )
+    from ray.train.v2._internal.execution.controller import TrainController
+    from ray.train.v2._internal.execution.worker_group import WorkerGroup
+    from ray.train.v2._internal.execution.worker_group.placement_group_handle import (
+        DefaultPlacementGroupHandle,
+    )
+    from ray.train.v2.api.callback import UserCallback
+except ImportError as e:  # a Train V2 older or newer than the bridge knows
+    raise UnsupportedRayVersionError(
+        f"ray_tt_ext.v2.Tuner(trainer) extends Ray Train V2 internals that "
+        f"ray=={RAY_VERSION} does not have ({e}). Fix: pip install "
+        f"'ray[tune,train]>=2.60,<{MAX_RAY_VERSION}' (docs/compatibility.md), or "
+        "tune a function that fits the trainer (Ray's documented pattern)."
+    ) from e
+
+#: The variable Ray's controller sets for itself (its blocking-get warning).
+blocking_get_warning_var: str = RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+
+
+def controller_env_vars() -> dict[str, str]:
+    """The environment Ray's ``_initialize_and_run_controller`` gives its controller."""
+    env_vars = get_env_vars_to_propagate()
+    env_vars.setdefault(
+        RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR,
+        DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
+    )
+    return env_vars
+
+
+def propagated_env_vars() -> frozenset[str]:
+    """The variables Ray Train V2 propagates from the driver to its actors."""
+    return frozenset(ENV_VARS_TO_PROPAGATE)
+
+
+__all__ = [
+    "CheckpointConfig",
+    "DataParallelTrainer",
+    "DefaultPlacementGroupHandle",
+    "PlacementGroupCleanerCallback",
+    "PlacementGroupSchedulingStrategy",
+    "RunConfig",
+    "ScalingConfig",
+    "TrainController",
+    "UserCallback",
+    "WorkerGroup",
+    "blocking_get_warning_var",
+    "checkpoint_manager_module",
+    "controller_env_vars",
+    "propagated_env_vars",
+    "wrap_function",
+]
