@@ -23,11 +23,10 @@ Shape (as xgboost_ray's ``RayXGBoostActor`` / ``_RemoteRayXGBoostActor`` /
 
 Where a session lives. In a trial of a ``ray_tt_ext.Tuner``, the Tuner's host
 on the trial's node (a zero-CPU actor the trials there share: a Ray worker
-process per trial is a second or two and some 200 MiB more per trial, see
-docs/benchmarks.md). Anywhere else (a
-trainer's own ``fit()``, Ray's ``Tuner``, direct use, a full or lost shared
-host), a dedicated host of its own, pinned to the caller's node, owned by the
-caller. Either way the host runs outside the caller's placement group, with
+process per trial costs time and memory, docs/benchmarks.md, section
+``executor_trials``). Anywhere else (a trainer's own ``fit()``, Ray's
+``Tuner``, direct use, a full or lost shared host), a dedicated host of its
+own, pinned to the caller's node, owned by the caller. Either way the host runs outside the caller's placement group, with
 ``num_cpus=0``; the executor starts its workers where Ray's executor in the
 caller would: in the caller's placement group if the caller captures child
 tasks (the workers capture theirs too), else in a placement group of its own.

@@ -99,8 +99,9 @@ class RayTrainWorker(_RayTrainWorker):
         with :func:`worker_get_next`, its error handling included.
 
         Runs on a training worker; the remote executor's call on every
-        report. A method of its own spares pickling, sending and unpickling
-        the function with each call (0.06 ms to send it, on 2 cores).
+        report (the coordinator calls it). A method of its own spares
+        pickling, sending and unpickling the function with each call (the
+        difference: docs/benchmarks.md, section ``executor``).
         """
         return self._RayTrainWorker__execute(worker_get_next)
 
