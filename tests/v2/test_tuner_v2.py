@@ -99,7 +99,12 @@ def test_trials_reserve_their_worker_group_and_give_it_back(storage_path, tmp_pa
     log_dir.mkdir()
     trainer = v2.DataParallelTrainer(
         steps_loop,
-        train_loop_config={"steps": 4, "sleep_s": 0.5, "log_dir": str(log_dir)},
+        train_loop_config={
+            "steps": 4,
+            "sleep_s": 0.5,
+            "log_dir": str(log_dir),
+            "rendezvous_s": 120,
+        },
         scaling_config=ray.train.ScalingConfig(
             num_workers=1, resources_per_worker={"CPU": 2}
         ),
@@ -117,10 +122,12 @@ def test_trials_reserve_their_worker_group_and_give_it_back(storage_path, tmp_pa
     assert len(results) == 4 and not results.errors
     iterations = sorted(r.metrics["training_iteration"] for r in results)
     assert iterations[0] < 4 and iterations[-1] == 4  # ASHA stopped some early
+    # The first two trainings met (each waited for a second to begin): 2 at once.
+    assert not list(log_dir.glob("alone-*"))
     # Each trial's training, from its start to its last step, by worker process:
     # never more than 2 at once.
     spans = []
-    for log in log_dir.iterdir():
+    for log in log_dir.glob("*.log"):
         times = [float(line.split()[-1]) for line in log.read_text().splitlines()]
         spans.append((min(times), max(times)))
     at_once = max(sum(1 for s, e in spans if s <= t <= e) for t, _ in spans)

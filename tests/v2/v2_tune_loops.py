@@ -27,12 +27,25 @@ def restored_state() -> dict:
             return json.load(f)
 
 
+def _wait_for_a_partner(log_dir: str, timeout_s: float) -> None:
+    """Wait until two trainings have begun (this one included), up to ``timeout_s``;
+    a training that waited in vain leaves an ``alone-*`` file in ``log_dir``."""
+    open(os.path.join(log_dir, f"arrived-{os.getpid()}-{time.time_ns()}"), "w").close()
+    deadline = time.monotonic() + timeout_s
+    while sum(n.startswith("arrived-") for n in os.listdir(log_dir)) < 2:
+        if time.monotonic() > deadline:
+            open(os.path.join(log_dir, f"alone-{os.getpid()}"), "w").close()
+            return
+        time.sleep(0.05)
+
+
 def steps_loop(config: dict) -> None:
     """``steps`` reports, each with a checkpoint from rank 0 holding its step.
 
     ``lr`` shapes the loss; ``fail_at`` (with ``marker``) raises once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
     step, and one as training begins (the time), so tests can read the
-    concurrency back.
+    concurrency back; with ``rendezvous_s`` a training waits (up to that long)
+    until a second one has begun, so two that can run at once do overlap.
     """
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
@@ -41,6 +54,8 @@ def steps_loop(config: dict) -> None:
     if config.get("log_dir"):  # the worker's training began
         with open(os.path.join(config["log_dir"], f"{os.getpid()}.log"), "a") as f:
             f.write(f"{config.get('trial_key', '')} {time.time()}\n")
+    if config.get("rendezvous_s"):
+        _wait_for_a_partner(config["log_dir"], config["rendezvous_s"])
     for step in range(start, config.get("steps", 3)):
         if config.get("fail_at") == step and rank == 0:
             marker = config["marker"]
