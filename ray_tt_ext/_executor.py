@@ -167,9 +167,10 @@ class RemoteBackendExecutor:
         self._actor: Any = None
         self._dedicated = False
         self._session = ""
-        # Each worker's get_next while the run's workers are read directly
-        # (see get_next_results); None: ask the host.
+        # Each worker's get_next and let_go while the run's workers are read
+        # directly (see get_next_results); None: ask the host.
         self._readers: Optional[list[Any]] = None
+        self._let_go: Optional[list[Any]] = None
         self._open()
 
     def _open(self) -> None:
@@ -249,7 +250,7 @@ class RemoteBackendExecutor:
         try:
             return self._wait_for_host(method, submit)
         except _compat.TrainingWorkerError:
-            self._readers = None
+            self._readers = self._let_go = None
             raise
 
     def _wait_for_host(self, method: str, submit: Callable[[Any], Any]) -> Any:
@@ -299,9 +300,11 @@ class RemoteBackendExecutor:
     def start_training(self, *args: Any, **kwargs: Any) -> None:
         self._call("start_training", *args, **kwargs)  # raises: the readers stay
         worker_group = self._call("worker_group_to_read")
-        self._readers = (
-            _compat.get_next_methods(worker_group) if worker_group is not None else None
-        )
+        if worker_group is None:
+            self._readers = self._let_go = None
+        else:
+            self._readers = _compat.get_next_methods(worker_group)
+            self._let_go = _compat.let_go_methods(worker_group)
 
     def get_next_results(self) -> Optional[list[Any]]:
         """Replaces ``BackendExecutor.get_next_results``; runs in the coordinator.
@@ -309,10 +312,13 @@ class RemoteBackendExecutor:
         Reads each worker's next result itself, as Ray's executor does in the
         coordinator (the workers' ``get_next``, Ray's ``check_for_failure``,
         then its checks), so a report costs what it costs with Ray's executor:
-        it does not pass through the host. Only a worker's failure goes to
-        the host, whose executor handles it as Ray's does (its
-        ``get_with_failure_handling`` on the same calls: restart, then
-        ``TrainingWorkerError``). Before ``start_training``, after
+        it does not pass through the host. The workers report synchronously
+        and are let go (their ``let_go``) once the results are here, not before
+        they have left the workers as with Ray's executor: a worker that dies
+        right after its ``train.report()`` returned has handed its result over.
+        Only a worker's failure goes to the host, whose executor handles it as
+        Ray's does (its ``get_with_failure_handling`` on the same calls:
+        restart, then ``TrainingWorkerError``). Before ``start_training``, after
         ``shutdown()`` or with workers of a ``train_cls`` of the caller's, the
         host's executor answers (Ray's code, Ray's errors).
         """
@@ -323,8 +329,15 @@ class RemoteBackendExecutor:
         ok, _ = _compat.check_for_failure(futures)  # a user's error: Ray's StartTraceback
         if ok:
             results = ray.get(futures)
+            if self._let_go is not None and all(r is not None for r in results):
+                # The results are here: the workers go on with their next step
+                # while the caller hands these to Tune (fire and forget; each
+                # worker runs it before the next get_next).
+                for let_go in self._let_go:
+                    let_go.remote()
         else:  # a worker died: the host restarts the workers, as Ray's executor does,
-            self._readers = None  # and raises TrainingWorkerError (training starts again)
+            # and raises TrainingWorkerError (training starts again on new workers)
+            self._readers = self._let_go = None
             session = self._session
             results = self._wait(
                 "get_next_results",
@@ -364,7 +377,7 @@ class RemoteBackendExecutor:
 
     def shutdown(self, graceful_termination: bool = True) -> None:
         """Shut the workers down, as Ray's (the session stays: ``start()`` may follow)."""
-        self._readers = None
+        self._readers = self._let_go = None
         if self._actor is None:
             return
         try:
@@ -378,7 +391,7 @@ class RemoteBackendExecutor:
         A dedicated host goes with it. Runs in the coordinator.
         """
         host, self._actor = self._actor, None
-        self._readers = None
+        self._readers = self._let_go = None
         if host is None:
             return
         try:

@@ -134,7 +134,10 @@ class _HostedBackendExecutor(_compat.BackendExecutor):
     def start_training(self, *args: Any, **kwargs: Any) -> None:
         """Extends ``BackendExecutor.start_training``; runs in the executor host.
 
-        Ray's, then it waits until every worker has taken Ray's call that
+        Ray's; then, for workers the caller reads itself, each worker's
+        reports are made synchronous (``_compat.worker_report_synchronously``:
+        its ``train.report()`` returns once the caller has the result); then
+        it waits until every worker has taken these calls and Ray's call that
         starts its training thread (Ray's does not wait for it): the caller's
         first read is submitted by the caller, and Ray orders actor calls per
         caller only, so it could otherwise reach a worker first. A worker that
@@ -142,6 +145,8 @@ class _HostedBackendExecutor(_compat.BackendExecutor):
         as with Ray's executor.
         """
         super().start_training(*args, **kwargs)
+        if self._workers_have_get_next:  # the caller reads them itself
+            self.worker_group.execute_async(_compat.worker_report_synchronously)
         _compat.wait_for_workers_to_take_their_calls(self.worker_group)
 
     def worker_group_to_read(self) -> Optional[Any]:

@@ -130,6 +130,46 @@ def report_loop(config: dict[str, Any]) -> None:
             ray.train.report(metrics)
 
 
+class SlowToSend:
+    """Pickles as ``0``, after a second: the result it is in takes that long to
+    leave its worker (the window in which a worker that goes on at once dies
+    before its result is out)."""
+
+    def __reduce__(self):
+        time.sleep(1.0)
+        return (int, (0,))
+
+
+def dies_right_after_report_loop(config: dict[str, Any]) -> None:
+    """A checkpoint per step (rank 0's); once, rank ``die_rank`` dies the instant
+    its ``train.report()`` of step ``die_after`` returns (that report's result
+    takes a second to send: :class:`SlowToSend`). Reports ``resumed_at``, the
+    step the run (or its retry) started at."""
+    ctx = ray.train.get_context()
+    start = resume_step(ray.train.get_checkpoint())
+    marker = config["marker"]
+    for step in range(start, config["num_reports"]):
+        dying = (
+            step == config["die_after"]
+            and ctx.get_world_rank() == config["die_rank"]
+            and not os.path.exists(marker)
+        )
+        if dying:
+            open(marker, "w").close()
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step}, f)
+            checkpoint = ray.train.Checkpoint.from_directory(d)
+            metrics = {"step": step, "resumed_at": start}
+            if dying:
+                metrics["slow_to_send"] = SlowToSend()
+            ray.train.report(
+                metrics, checkpoint=checkpoint if ctx.get_world_rank() == 0 else None
+            )
+        if dying:
+            os._exit(1)  # nothing between report() returning and the death
+
+
 def function_trainable(config: dict[str, Any]) -> None:
     """A Tune function trainable with a checkpoint per step."""
     start = resume_step(tune_api.get_checkpoint())

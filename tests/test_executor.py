@@ -22,6 +22,7 @@ from helpers import (
     RecordingTrainer,
     StatusRecordingTrainer,
     alive_actors,
+    dies_right_after_report_loop,
     get_or_create_counter,
     raising_loop,
     record,
@@ -347,6 +348,31 @@ def test_worker_death_with_retries_restarts_from_checkpoint(
     assert os.path.exists(marker), "the worker was meant to die once"
     assert result.error is None
     assert result.metrics["step"] == 4
+    _assert_nothing_leaked()
+
+
+def test_a_worker_dying_right_after_its_report_returned_loses_no_report(
+    ray_start_4_cpus, storage_path, tmp_path
+):
+    # Rank 1 dies the instant its report of step 1 returns: that report (and
+    # rank 0's checkpoint of step 1) reached the coordinator, so the retry
+    # resumes at step 2. (Ray's executor lets a worker go on before its result
+    # has left it: a death in that instant loses the report.)
+    marker = str(tmp_path / "died")
+    result = _run(
+        storage_path,
+        "right_after_report",
+        loop=dies_right_after_report_loop,
+        max_failures=1,
+        num_reports=4,
+        die_after=1,
+        die_rank=1,
+        marker=marker,
+    )
+    assert os.path.exists(marker), "the worker was meant to die once"
+    assert result.error is None
+    assert result.metrics["step"] == 3
+    assert result.metrics["resumed_at"] == 2, "the report of step 1 was lost"
     _assert_nothing_leaked()
 
 

@@ -79,12 +79,14 @@ from ray_tt_ext._compat.train_v1 import (
     data_context_if_used,
     executor_env,
     get_next_methods,
+    let_go_methods,
     get_session,
     join_training_thread,
     set_data_context,
     tune_report_queue,
     use_capturing_worker_group,
     wait_for_workers_to_take_their_calls,
+    worker_report_synchronously,
 )
 from ray_tt_ext._compat.overrides import (
     RAY_OVERRIDES,
@@ -174,6 +176,7 @@ __all__ = [
     "force_on_current_node_options",
     "get_checkpoint",
     "get_next_methods",
+    "let_go_methods",
     "get_session",
     "grpc_max_message_bytes",
     "is_driver_process",
@@ -193,6 +196,7 @@ __all__ = [
     "tune_report",
     "use_capturing_worker_group",
     "wait_for_workers_to_take_their_calls",
+    "worker_report_synchronously",
     "v2_migration_warnings_enabled",
     "has_v2_migration_warnings",
 ]

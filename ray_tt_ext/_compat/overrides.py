@@ -90,6 +90,9 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.train._internal.storage:get_fs_and_path", "ray_tt_ext._compat.core:experiment_fs_path", "uses", "driver / Ray Client Tuner actor (StorageContext.experiment_fs_path)"),
     RayOverride("ray.actor:_modify_class", "ray_tt_ext._compat.core:actor_ready_ref", "uses", "executor host (its __ray_ready__ method, to watch coordinators)"),
     RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat.train_v1:RayTrainWorker.get_next", "adds", "training worker"),
+    RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat.train_v1:RayTrainWorker.let_go", "adds", "training worker"),
+    RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:worker_report_synchronously", "patches", "training worker (synchronous_result_reporting)"),
+    RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:worker_let_go", "patches", "training worker (continue_lock, _first_report)"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:_training_over", "uses", "training worker (training_thread, result_queue, error_queue)"),
     # -- Ray's core, driver ------------------------------------------------------
     RayOverride("ray._private.worker:_post_init_hooks", "ray_tt_ext._compat.core:add_post_init_hook", "patches", "driver"),

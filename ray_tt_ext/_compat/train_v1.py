@@ -64,6 +64,45 @@ def _training_over(session: Any) -> bool:
     )
 
 
+def worker_report_synchronously() -> None:
+    """Make this worker's ``train.report()`` return only once its result is taken.
+
+    Runs on a training worker, after ``BackendExecutor.start_training``, when
+    the remote executor's coordinator reads the worker's results itself. Sets
+    ``_TrainSession.synchronous_result_reporting`` (Ray 2.40 .. 2.60): the
+    training thread then waits after each report until it is let go
+    (:func:`worker_let_go`, or the next ``get_next``), instead of being let go
+    by ``get_next`` *before* the result has left the worker. So a worker that
+    dies right after ``train.report()`` returned has handed its result over
+    already (Ray's executor lets go first, and a death in that instant loses the
+    report).
+    """
+    session = get_session()
+    if session is None:
+        raise TrainBackendError("no Ray Train session on this worker")
+    session.synchronous_result_reporting = True
+
+
+def worker_let_go() -> None:
+    """Let the training thread go on after its last result was taken.
+
+    Runs on a training worker, called by the coordinator right after it has
+    the worker's result in hand (fire and forget, before the next
+    ``get_next``, in order). With synchronous reporting
+    (:func:`worker_report_synchronously`) ``_TrainSession.get_next`` (Ray 2.40 ..
+    2.60) would let the thread go only when the next result is asked for;
+    this lets it go now (``continue_lock``) and marks the next ``get_next`` as
+    the first (``_first_report``) so that it does not let go a second time. The
+    worker computes its next step while the coordinator hands the result to
+    Tune, as with Ray's executor.
+    """
+    session = get_session()
+    if session is None or session._first_report:  # nothing taken yet
+        return
+    session._first_report = True
+    session.continue_lock.release()
+
+
 def worker_get_next() -> Any:
     """``_TrainSession.get_next`` on a training worker.
 
@@ -86,7 +125,7 @@ def worker_get_next() -> Any:
 
 
 class RayTrainWorker(_RayTrainWorker):
-    """Ray's ``RayTrainWorker`` (Ray 2.40 .. 2.60) plus :meth:`get_next`.
+    """Ray's ``RayTrainWorker`` (Ray 2.40 .. 2.60) plus :meth:`get_next` and :meth:`let_go`.
 
     The training workers' actor class when the remote executor starts them
     (``BackendExecutor.start(train_cls=...)``). The same name as Ray's, so
@@ -104,6 +143,11 @@ class RayTrainWorker(_RayTrainWorker):
         difference: docs/benchmarks.md, section ``executor``).
         """
         return self._RayTrainWorker__execute(worker_get_next)
+
+    def let_go(self) -> None:
+        """``__execute(worker_let_go)``: runs on a training worker, see
+        :func:`worker_let_go`."""
+        return self._RayTrainWorker__execute(worker_let_go)
 
 
 def wait_for_workers_to_take_their_calls(worker_group: Any) -> None:
@@ -133,6 +177,11 @@ def get_next_methods(worker_group: Any) -> list[Any]:
         w.actor.get_next.options(name="_RayTrainWorker__execute.get_next")
         for w in worker_group.workers
     ]
+
+
+def let_go_methods(worker_group: Any) -> list[Any]:
+    """Each worker's :meth:`RayTrainWorker.let_go`; see :func:`get_next_methods`."""
+    return [w.actor.let_go for w in worker_group.workers]
 
 
 # -- The executor host's process (ray_tt_ext._executor_host) ---------------------
