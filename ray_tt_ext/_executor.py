@@ -310,12 +310,12 @@ class RemoteBackendExecutor:
         """Replaces ``BackendExecutor.get_next_results``; runs in the coordinator.
 
         Reads each worker's next result itself, as Ray's executor does in the
-        coordinator (the workers' ``get_next``, Ray's ``check_for_failure``,
-        then its checks), so a report costs what it costs with Ray's executor:
-        it does not pass through the host. The workers report synchronously
-        and are let go (their ``let_go``) once the results are here, not before
-        they have left the workers as with Ray's executor: a worker that dies
-        right after its ``train.report()`` returned has handed its result over.
+        coordinator (the workers' ``get_next``, what Ray's ``check_for_failure``
+        does, then Ray's checks): a report does not pass through the host. The
+        workers report synchronously and each is let go (its ``let_go``) once
+        its result is here, not before it has left the worker as with Ray's
+        executor: a worker that dies right after its ``train.report()``
+        returned has handed its result over.
         Only a worker's failure goes to the host, whose executor handles it as
         Ray's does (its ``get_with_failure_handling`` on the same calls:
         restart, then ``TrainingWorkerError``). Before ``start_training``, after
@@ -326,15 +326,8 @@ class RemoteBackendExecutor:
         if readers is None:
             return self._call("get_next_results")
         futures = [get_next.remote() for get_next in readers]
-        ok, _ = _compat.check_for_failure(futures)  # a user's error: Ray's StartTraceback
-        if ok:
+        if self._wait_and_let_go(futures):
             results = ray.get(futures)
-            if self._let_go is not None and all(r is not None for r in results):
-                # The results are here: the workers go on with their next step
-                # while the caller hands these to Tune (fire and forget; each
-                # worker runs it before the next get_next).
-                for let_go in self._let_go:
-                    let_go.remote()
         else:  # a worker died: the host restarts the workers, as Ray's executor does,
             # and raises TrainingWorkerError (training starts again on new workers)
             self._readers = self._let_go = None
@@ -374,6 +367,36 @@ class RemoteBackendExecutor:
 
     def _get_num_failures(self) -> int:
         return self._call("_get_num_failures")
+
+    def _wait_and_let_go(self, futures: list[Any]) -> bool:
+        """Replaces Ray's ``check_for_failure`` (Ray Train's utils module)
+        for the remote executor's reads: the same checks on the workers'
+        ``get_next`` calls, letting each worker go on the moment its own result
+        is here; runs in the coordinator.
+
+        ``False`` when a worker died (``RayActorError``); a worker's other error
+        is Ray's ``StartTracebackWithWorkerRank`` from it, as Ray's raises it.
+        Each worker is let go (its ``let_go``, fire and forget, run before its
+        next ``get_next``) once the coordinator holds that worker's result, not
+        once it holds every worker's: as with Ray's executor, a worker does not
+        wait for the others' reports (a loop where one rank passes its report
+        before another reaches its own runs as it does with Ray's).
+        """
+        pending = list(futures)
+        while pending:
+            ready, pending = ray.wait(pending, num_returns=1)
+            for ref in ready:
+                rank = futures.index(ref)
+                try:
+                    result = ray.get(ref)
+                except RayActorError:
+                    logger.info("Worker %s has failed.", rank)
+                    return False
+                except Exception as exc:  # the worker's own error, as Ray raises it
+                    raise _compat.StartTracebackWithWorkerRank(worker_rank=rank) from exc
+                if result is not None and self._let_go is not None:
+                    self._let_go[rank].remote()
+        return True
 
     def shutdown(self, graceful_termination: bool = True) -> None:
         """Shut the workers down, as Ray's (the session stays: ``start()`` may follow)."""

@@ -170,6 +170,26 @@ def dies_right_after_report_loop(config: dict[str, Any]) -> None:
             os._exit(1)  # nothing between report() returning and the death
 
 
+def rank1_reports_after_rank0_passed_loop(config: dict[str, Any]) -> None:
+    """Each step, rank 0 reports first; rank 1 reports only once rank 0's
+    ``train.report()`` has returned (a file says so), as a loop that reports on
+    rank 0 and then broadcasts to the others would. Rank 1 raises if it waits
+    ``wait_s`` in vain (rank 0's report waiting for rank 1's: a deadlock)."""
+    rank = ray.train.get_context().get_world_rank()
+    for step in range(config["num_reports"]):
+        passed = os.path.join(config["dir"], f"rank0-passed-{step}")
+        if rank == 0:
+            ray.train.report({"step": step})
+            open(passed, "w").close()
+            continue
+        deadline = time.monotonic() + config["wait_s"]
+        while not os.path.exists(passed):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"rank 0's report of step {step} never returned")
+            time.sleep(0.01)
+        ray.train.report({"step": step})
+
+
 def function_trainable(config: dict[str, Any]) -> None:
     """A Tune function trainable with a checkpoint per step."""
     start = resume_step(tune_api.get_checkpoint())

@@ -25,6 +25,7 @@ from helpers import (
     dies_right_after_report_loop,
     get_or_create_counter,
     raising_loop,
+    rank1_reports_after_rank0_passed_loop,
     record,
     recorded,
     report_loop,
@@ -374,6 +375,26 @@ def test_a_worker_dying_right_after_its_report_returned_loses_no_report(
     assert result.metrics["step"] == 3
     assert result.metrics["resumed_at"] == 2, "the report of step 1 was lost"
     _assert_nothing_leaked()
+
+
+@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+def test_a_workers_report_does_not_wait_for_the_other_workers_reports(
+    ray_start_4_cpus, storage_path, tmp_path, remote
+):
+    # Rank 1 reports each step only after rank 0's report returned: with either
+    # executor rank 0 goes on once its own result is taken, not once every
+    # worker's is (that would deadlock this loop: rank 1 raises after 60 s).
+    result = _run(
+        storage_path,
+        f"rank_order_{remote}",
+        loop=rank1_reports_after_rank0_passed_loop,
+        remote=remote,
+        num_reports=3,
+        dir=str(tmp_path),
+        wait_s=60,
+    )
+    assert result.error is None, result.error
+    assert result.metrics["step"] == 2
 
 
 @pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])

@@ -104,7 +104,6 @@ from ray.train._internal.backend_executor import (
     InactiveWorkerGroupError,
     TrainingWorkerError,
 )
-from ray.train._internal.utils import check_for_failure
 from ray.train.base_trainer import BaseTrainer
 from ray.train.constants import CHECKPOINT_DIR_NAME
 from ray.train.data_parallel_trainer import DataParallelTrainer
@@ -163,7 +162,6 @@ __all__ = [
     "actor_ready_ref",
     "add_post_init_hook",
     "captures_child_tasks",
-    "check_for_failure",
     "check_ray_version",
     "count_out_of_band_pins",
     "current_actor_or_none",

@@ -82,7 +82,7 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_EXECUTOR}._restart", "ray_tt_ext._executor_host:_HostedBackendExecutor._restart", "extends", "executor host"),
     RayOverride(f"{_EXECUTOR}.get_next_results", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "replaces", "coordinator (trial actor): reads the workers' results as Ray's does"),
     RayOverride(f"{_EXECUTOR}.get_with_failure_handling", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "uses", "executor host, asked by the coordinator on a worker's failure"),
-    RayOverride("ray.train._internal.utils:check_for_failure", "ray_tt_ext._executor:RemoteBackendExecutor.get_next_results", "uses", "coordinator (trial actor)"),
+    RayOverride("ray.train._internal.utils:check_for_failure", "ray_tt_ext._executor:RemoteBackendExecutor._wait_and_let_go", "replaces", "coordinator (trial actor): the same checks, letting each worker go as its result arrives"),
     RayOverride("ray.train.backend:Backend.on_start", "ray_tt_ext._executor_host:_HostedBackendExecutor.use_data_context", "patches", "executor host, per executor's backend instance"),
     RayOverride("ray.train._internal.backend_executor:WorkerGroup", "ray_tt_ext._compat.train_v1:use_capturing_worker_group", "patches", "executor host (its process only)"),
     RayOverride("ray.train._internal.worker_group:WorkerGroup.add_workers", "ray_tt_ext._compat.train_v1:CapturingWorkerGroup", "uses", "executor host (WorkerGroup._remote_cls.options)"),
@@ -93,6 +93,9 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.train._internal.worker_group:RayTrainWorker._RayTrainWorker__execute", "ray_tt_ext._compat.train_v1:RayTrainWorker.let_go", "adds", "training worker"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:worker_report_synchronously", "patches", "training worker (synchronous_result_reporting)"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:worker_let_go", "patches", "training worker (continue_lock, _first_report)"),
+    RayOverride("ray.train._internal.session:_TrainSession._first_report", "ray_tt_ext._compat.train_v1:worker_let_go", "uses", "training worker"),
+    RayOverride("ray.train._internal.session:_TrainSession.continue_lock", "ray_tt_ext._compat.train_v1:worker_let_go", "uses", "training worker"),
+    RayOverride("ray.train._internal.session:_TrainSession.synchronous_result_reporting", "ray_tt_ext._compat.train_v1:worker_report_synchronously", "uses", "training worker"),
     RayOverride("ray.train._internal.session:_TrainSession.get_next", "ray_tt_ext._compat.train_v1:_training_over", "uses", "training worker (training_thread, result_queue, error_queue)"),
     # -- Ray's core, driver ------------------------------------------------------
     RayOverride("ray._private.worker:_post_init_hooks", "ray_tt_ext._compat.core:add_post_init_hook", "patches", "driver"),
