@@ -167,10 +167,9 @@ class RemoteBackendExecutor:
         self._actor: Any = None
         self._dedicated = False
         self._session = ""
-        # Each worker's get_next and let_go while the run's workers are read
+        # The run's workers, in rank order, while the coordinator reads them
         # directly (see get_next_results); None: ask the host.
-        self._readers: Optional[list[Any]] = None
-        self._let_go: Optional[list[Any]] = None
+        self._readers: Optional[list[_compat.WorkerReader]] = None
         self._open()
 
     def _open(self) -> None:
@@ -250,7 +249,7 @@ class RemoteBackendExecutor:
         try:
             return self._wait_for_host(method, submit)
         except _compat.TrainingWorkerError:
-            self._readers = self._let_go = None
+            self._readers = None
             raise
 
     def _wait_for_host(self, method: str, submit: Callable[[Any], Any]) -> Any:
@@ -301,10 +300,9 @@ class RemoteBackendExecutor:
         self._call("start_training", *args, **kwargs)  # raises: the readers stay
         worker_group = self._call("worker_group_to_read")
         if worker_group is None:
-            self._readers = self._let_go = None
+            self._readers = None
         else:
-            self._readers = _compat.get_next_methods(worker_group)
-            self._let_go = _compat.let_go_methods(worker_group)
+            self._readers = _compat.worker_readers(worker_group)
 
     def get_next_results(self) -> Optional[list[Any]]:
         """Replaces ``BackendExecutor.get_next_results``; runs in the coordinator.
@@ -325,12 +323,12 @@ class RemoteBackendExecutor:
         readers = self._readers
         if readers is None:
             return self._call("get_next_results")
-        futures = [get_next.remote() for get_next in readers]
-        if self._wait_and_let_go(futures):
+        futures = [reader.get_next() for reader in readers]
+        if self._wait_and_let_go(readers, futures):
             results = ray.get(futures)
         else:  # a worker died: the host restarts the workers, as Ray's executor does,
             # and raises TrainingWorkerError (training starts again on new workers)
-            self._readers = self._let_go = None
+            self._readers = None
             session = self._session
             results = self._wait(
                 "get_next_results",
@@ -368,7 +366,9 @@ class RemoteBackendExecutor:
     def _get_num_failures(self) -> int:
         return self._call("_get_num_failures")
 
-    def _wait_and_let_go(self, futures: list[Any]) -> bool:
+    def _wait_and_let_go(
+        self, readers: list[_compat.WorkerReader], futures: list[Any]
+    ) -> bool:
         """Replaces Ray's ``check_for_failure`` (Ray Train's utils module)
         for the remote executor's reads: the same checks on the workers'
         ``get_next`` calls, letting each worker go on the moment its own result
@@ -394,13 +394,13 @@ class RemoteBackendExecutor:
                     return False
                 except Exception as exc:  # the worker's own error, as Ray raises it
                     raise _compat.StartTracebackWithWorkerRank(worker_rank=rank) from exc
-                if result is not None and self._let_go is not None:
-                    self._let_go[rank].remote()
+                if result is not None:
+                    readers[rank].let_go()
         return True
 
     def shutdown(self, graceful_termination: bool = True) -> None:
         """Shut the workers down, as Ray's (the session stays: ``start()`` may follow)."""
-        self._readers = self._let_go = None
+        self._readers = None
         if self._actor is None:
             return
         try:
@@ -414,7 +414,7 @@ class RemoteBackendExecutor:
         A dedicated host goes with it. Runs in the coordinator.
         """
         host, self._actor = self._actor, None
-        self._readers = self._let_go = None
+        self._readers = None
         if host is None:
             return
         try:

@@ -106,7 +106,7 @@ def run(ctx: Context) -> dict:
     finally:
         ray.shutdown()
         cluster.shutdown()
-    assert killed, "no worker node was killed"
+    assert killed, f"no worker node was killed (the trial's error: {result.error!r})"
     assert result.error is None, result.error
     assert result.metrics["step"] == steps - 1
     reported = list(result.metrics_dataframe["step"])

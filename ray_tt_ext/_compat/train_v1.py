@@ -163,25 +163,43 @@ def wait_for_workers_to_take_their_calls(worker_group: Any) -> None:
     ray.wait(refs, num_returns=len(refs))
 
 
-def get_next_methods(worker_group: Any) -> list[Any]:
-    """Each worker's :meth:`RayTrainWorker.get_next`, as an actor method to call.
+class WorkerReader:
+    """One training worker as the remote executor's coordinator reads it: its
+    :meth:`RayTrainWorker.get_next` and :meth:`RayTrainWorker.let_go`.
+
+    Runs in the coordinator. Holds the worker's actor handle itself: on Ray
+    2.40 an actor method keeps only a weak reference to its handle, so a
+    method taken from a worker group that is then dropped raises "Lost
+    reference to actor" at its next call.
+    """
+
+    __slots__ = ("_actor",)
+
+    def __init__(self, actor: Any) -> None:
+        self._actor = actor
+
+    def get_next(self) -> Any:
+        """The worker's next result, as an ``ObjectRef``. The task is named as
+        that of Ray's ``BackendExecutor.get_next_results``
+        (``_RayTrainWorker__execute.get_next``), so ``ray list tasks`` and a
+        worker's ``RayTaskError`` read the same with either executor."""
+        return self._actor.get_next.options(
+            name="_RayTrainWorker__execute.get_next"
+        ).remote()
+
+    def let_go(self) -> None:
+        """Let the worker go on past its report (fire and forget)."""
+        self._actor.let_go.remote()
+
+
+def worker_readers(worker_group: Any) -> list[WorkerReader]:
+    """A :class:`WorkerReader` per worker, in rank order.
 
     Runs in the coordinator, on a copy of the executor host's ``worker_group``
     (``WorkerGroup.workers``, Ray 2.40 .. 2.60) that the host started with
-    :class:`RayTrainWorker`. The tasks are named as those of Ray's
-    ``BackendExecutor.get_next_results`` (``_RayTrainWorker__execute.get_next``),
-    so ``ray list tasks`` and a worker's ``RayTaskError`` read the same with
-    either executor.
+    :class:`RayTrainWorker`.
     """
-    return [
-        w.actor.get_next.options(name="_RayTrainWorker__execute.get_next")
-        for w in worker_group.workers
-    ]
-
-
-def let_go_methods(worker_group: Any) -> list[Any]:
-    """Each worker's :meth:`RayTrainWorker.let_go`; see :func:`get_next_methods`."""
-    return [w.actor.let_go for w in worker_group.workers]
+    return [WorkerReader(w.actor) for w in worker_group.workers]
 
 
 # -- The executor host's process (ray_tt_ext._executor_host) ---------------------
