@@ -551,8 +551,9 @@ def counting_loop(config):
 def test_workers_run_no_further_ahead_than_with_rays_executor_and_a_stopped_run_leaks_nothing(
     ray_start_4_cpus, storage_path
 ):
-    # The remote executor requests the next result early; that must not let a
-    # worker start more steps, or write more checkpoints, than Ray's executor.
+    # The remote executor reads the workers itself and lets each go on once its
+    # result is here; that must not let a worker start more steps, or write more
+    # checkpoints, than Ray's executor.
     # Tune stops the trial after 3 results.
     counter = get_or_create_counter()
     steps, folders = {}, {}

@@ -310,7 +310,7 @@ def _assert_in_sync(result, expected_names, reported=True):
         assert names == expected_names
 
 
-def test_seed_example_class_trainable_indexed_by_training_iteration(
+def test_ray_39927s_example_class_trainable_indexed_by_training_iteration(
     ray_start_4_cpus, storage_path
 ):
     tuner = Tuner(
@@ -411,8 +411,8 @@ def test_training_iteration_index_continues_after_a_failure(
             assert json.load(f)["step"] == i  # iteration i + 1 ran step i
 
 
-class SeedStorageContext(StorageContext):
-    """The seed's override, verbatim, on ray_tt_ext.StorageContext."""
+class Ray39927StorageContext(StorageContext):
+    """The override of ray-project/ray#39927 (its workaround), verbatim, on ray_tt_ext.StorageContext."""
 
     def _update_checkpoint_index(self, metrics):
         self.current_checkpoint_index = metrics.get(
@@ -420,13 +420,13 @@ class SeedStorageContext(StorageContext):
         )
 
 
-def test_seed_storage_context_subclass_works_without_monkey_patching(
+def test_ray_39927s_storage_context_subclass_works_without_monkey_patching(
     ray_start_4_cpus, storage_path
 ):
     before = Experiment.__dict__["_storage_context_cls"]
     result = Tuner(
         ClassTrainable,
-        storage_context_cls=SeedStorageContext,
+        storage_context_cls=Ray39927StorageContext,
         run_config=tune_api.RunConfig(
             storage_path=storage_path,
             name="seedcls",
