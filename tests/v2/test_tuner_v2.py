@@ -358,6 +358,27 @@ def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
     )
     with pytest.raises(ValueError, match=r"num_workers=0\) cannot be reserved"):
         v2.Tuner(local)
+    elastic = v2.DataParallelTrainer(
+        steps_loop, scaling_config=ray.train.ScalingConfig(num_workers=(1, 2))
+    )
+    with pytest.raises(ValueError, match=r"num_workers=\(1, 2\)\) cannot be reserved"):
+        v2.Tuner(elastic)
+    for unsupported in (
+        ray.train.ScalingConfig(num_workers=1, label_selector={"zone": "a"}),
+        ray.train.ScalingConfig(
+            num_workers=1, use_tpu=True, topology="2x2", accelerator_type="TPU-V4"
+        ),
+    ):
+        refused = v2.DataParallelTrainer(steps_loop, scaling_config=unsupported)
+        with pytest.raises(ValueError, match="without TPU slices or label selectors"):
+            v2.Tuner(refused)
+    validated = v2.DataParallelTrainer(
+        steps_loop,
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        validation_config=ray.train.ValidationConfig(fn=lambda checkpoint, config: {}),
+    )
+    with pytest.raises(ValueError, match=r"validation_config=...\) is not supported"):
+        v2.Tuner(validated)
     ranked = trainer_for(
         storage_path,
         {"steps": 1},

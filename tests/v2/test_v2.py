@@ -287,12 +287,41 @@ def test_v2_after_the_v1_integration_turned_v1_on_names_the_cause():
             v2.DataParallelTrainer(lambda: None)
         except v2.TrainV2DisabledError as e:
             print("ERROR", e)
+        try:
+            v2.Tuner(lambda config: None)
+        except v2.TrainV2DisabledError as e:
+            print("TUNER", e)
         """
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "ERROR" in proc.stdout, proc.stdout
     assert "`ray_tt_ext.Tuner`" in proc.stdout
     assert "ray_tt_ext.v2" in proc.stdout
+    tuner_error = proc.stdout.partition("TUNER")[2]
+    assert "ray_tt_ext.v2.Tuner" in tuner_error and "`ray_tt_ext.Tuner`" in tuner_error
+
+
+def test_the_v1_tuner_refuses_a_v2_trainer_with_the_fix():
+    # Train V2 set on explicitly (never overridden), a ray_tt_ext.v2 trainer, then
+    # the V1 integration's Tuner: a TypeError naming ray_tt_ext.v2.Tuner.
+    proc = run_script(
+        """
+        import os
+        os.environ["RAY_TRAIN_V2_ENABLED"] = "1"
+        import ray_tt_ext.v2 as v2
+        trainer = v2.DataParallelTrainer(lambda: None)
+        import ray_tt_ext
+        try:
+            ray_tt_ext.Tuner(trainer)
+        except TypeError as e:
+            print("ERROR", e)
+        """
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ERROR `DataParallelTrainer` is a Ray Train V2 trainer" in proc.stdout, (
+        proc.stdout
+    )
+    assert "Fix: ray_tt_ext.v2.Tuner(trainer" in proc.stdout
 
 
 def test_names_on_s3_move_a_folder_nobody_recorded_aside(s3_server):
