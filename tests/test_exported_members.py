@@ -98,3 +98,22 @@ def test_ray_outside_the_supported_range_is_refused_or_warned():
         warnings.simplefilter("always")
         _compat.check_ray_version(Version("2.61.0"))
     assert any("scripts/compat.sh 2.61.0" in str(w.message) for w in caught)
+
+
+def test_ray_tt_ext_v2_on_a_ray_before_train_v2_names_the_version_to_install():
+    # Runs on Ray < 2.51 only (scripts/compat.sh 2.40, 2.44, 2.50); on a newer Ray
+    # tests/v2 covers ray_tt_ext.v2.
+    import pytest
+
+    from ray_tt_ext import _compat
+
+    if _compat.RAY_VERSION.release >= _compat.MIN_TRAIN_V2_RAY_VERSION.release:
+        pytest.skip(f"Ray {_compat.RAY_VERSION} has Train V2: tests/v2 covers it")
+    import ray_tt_ext.v2 as v2
+
+    for name in ("Tuner", "DataParallelTrainer", "TorchTrainer", "CheckpointConfig"):
+        with pytest.raises(v2.UnsupportedRayVersionError) as info:
+            getattr(v2, name)
+        message = str(info.value)
+        assert f"ray_tt_ext.v2.{name} needs ray>=2.51.0" in message, message
+        assert "pip install" in message and "Train V1 integration" in message
