@@ -46,6 +46,7 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -100,12 +101,30 @@ SECTIONS = {
 _OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials"}
 
 
+def measured_commit() -> str:
+    """The short commit of the code measured, ``+changes`` when ray_tt_ext/ differs from it."""
+
+    def git(*args: str) -> str:
+        proc = subprocess.run(
+            ["git", *args], cwd=_ROOT, capture_output=True, text=True, check=False
+        )
+        return proc.stdout.strip()
+
+    commit = git("rev-parse", "--short", "HEAD") or "?"
+    return commit + ("+changes" if git("status", "--porcelain", "ray_tt_ext") else "")
+
+
 def write_docs(results: dict[str, Any]) -> Path:
     """Merge this run's sections into docs/benchmarks.json and render the page."""
     DOCS.mkdir(exist_ok=True)
     data_file = DOCS / "benchmarks.json"
     sections = json.loads(data_file.read_text()) if data_file.exists() else {}
-    meta = {**results["machine"], "quick": results["quick"], "date": results["date"]}
+    meta = {
+        **results["machine"],
+        "quick": results["quick"],
+        "date": results["date"],
+        "commit": results["commit"],
+    }
     for name in SECTIONS:
         if name in results:
             sections[name] = [meta, results[name]]
@@ -141,6 +160,7 @@ def main(argv=None) -> int:
         "machine": machine,
         "quick": args.quick,
         "date": time.strftime("%Y-%m-%d"),
+        "commit": measured_commit(),
     }
     for name in args.only or list(SECTIONS):
         fn = SECTIONS[name]

@@ -53,7 +53,8 @@ def render(sections: dict[str, Any]) -> str:
     for name, (meta, data) in sections.items():
         head = (
             f"\n## {name}\n\n{meta['date']}, Ray {meta['ray']}, Python {meta['python']}, "
-            f"{meta['cpus']} CPUs{' (--quick)' if meta['quick'] else ''}.\n"
+            f"{meta['cpus']} CPUs{' (--quick)' if meta['quick'] else ''}"
+            f"{', ray_tt_ext at commit ' + meta['commit'] if meta.get('commit') else ''}.\n"
         )
         lines.append(head)
         if name == "tuner":
