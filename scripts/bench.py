@@ -102,16 +102,22 @@ _OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials"}
 
 
 def measured_commit() -> str:
-    """The short commit of the code measured, ``+changes`` when ray_tt_ext/ differs from it."""
+    """The short commit of the code measured, ``+changes`` when the code that runs
+    or measures (ray_tt_ext/, rtt_testing/, scripts/) differs from it; ``""``
+    without git."""
 
     def git(*args: str) -> str:
-        proc = subprocess.run(
-            ["git", *args], cwd=_ROOT, capture_output=True, text=True, check=False
-        )
+        try:
+            proc = subprocess.run(
+                ["git", *args], cwd=_ROOT, capture_output=True, text=True, check=False
+            )
+        except OSError:
+            return ""
         return proc.stdout.strip()
 
-    commit = git("rev-parse", "--short", "HEAD") or "?"
-    return commit + ("+changes" if git("status", "--porcelain", "ray_tt_ext") else "")
+    commit = git("rev-parse", "--short", "HEAD")
+    changed = git("status", "--porcelain", "ray_tt_ext", "rtt_testing", "scripts")
+    return commit + ("+changes" if commit and changed else "")
 
 
 def write_docs(results: dict[str, Any]) -> Path:

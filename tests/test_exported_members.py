@@ -100,20 +100,25 @@ def test_ray_outside_the_supported_range_is_refused_or_warned():
     assert any("scripts/compat.sh 2.61.0" in str(w.message) for w in caught)
 
 
-def test_ray_tt_ext_v2_on_a_ray_before_train_v2_names_the_version_to_install():
-    # Runs on Ray < 2.51 only (scripts/compat.sh 2.40, 2.44, 2.50); on a newer Ray
-    # tests/v2 covers ray_tt_ext.v2.
-    import pytest
+def test_ray_tt_ext_v2_on_a_ray_before_train_v2_names_the_version_to_install(monkeypatch):
+    # Ray 2.50 as ray_tt_ext sees it (its version, read once at import): on a real
+    # Ray < 2.51 (scripts/compat.sh 2.40, 2.44, 2.50) nothing needs patching.
+    from packaging.version import Version
 
-    from ray_tt_ext import _compat
-
-    if _compat.RAY_VERSION.release >= _compat.MIN_TRAIN_V2_RAY_VERSION.release:
-        pytest.skip(f"Ray {_compat.RAY_VERSION} has Train V2: tests/v2 covers it")
     import ray_tt_ext.v2 as v2
+    from ray_tt_ext import _compat
+    from ray_tt_ext._compat import train_mode
 
+    old = Version("2.50.0")
+    if _compat.RAY_VERSION.release >= _compat.MIN_TRAIN_V2_RAY_VERSION.release:
+        monkeypatch.setattr(_compat, "RAY_VERSION", old)
+        monkeypatch.setattr(train_mode, "RAY_VERSION", old)
+    installed = _compat.RAY_VERSION
     for name in ("Tuner", "DataParallelTrainer", "TorchTrainer", "CheckpointConfig"):
+        monkeypatch.delitem(vars(v2), name, raising=False)  # taken before: look up again
         with pytest.raises(v2.UnsupportedRayVersionError) as info:
             getattr(v2, name)
         message = str(info.value)
         assert f"ray_tt_ext.v2.{name} needs ray>=2.51.0" in message, message
+        assert f"ray=={installed} is installed" in message
         assert "pip install" in message and "Train V1 integration" in message

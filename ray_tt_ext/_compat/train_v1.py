@@ -168,9 +168,9 @@ class WorkerReader:
     :meth:`RayTrainWorker.get_next` and :meth:`RayTrainWorker.let_go`.
 
     Runs in the coordinator. Holds the worker's actor handle itself: on Ray
-    2.40 an actor method keeps only a weak reference to its handle, so a
-    method taken from a worker group that is then dropped raises "Lost
-    reference to actor" at its next call.
+    2.40 an actor method keeps only a weak reference to its handle (Ray 2.60's
+    keeps a strong one), so a method taken from a worker group that is then
+    dropped raises "Lost reference to actor" at its next call.
     """
 
     __slots__ = ("_actor",)
@@ -188,7 +188,10 @@ class WorkerReader:
         ).remote()
 
     def let_go(self) -> None:
-        """Let the worker go on past its report (fire and forget)."""
+        """Let the worker go on past its report (fire and forget). Called in the
+        coordinator once it holds this worker's result of ``get_next``; the
+        worker runs it before the coordinator's next ``get_next`` (Ray runs one
+        caller's calls to an actor in order)."""
         self._actor.let_go.remote()
 
 

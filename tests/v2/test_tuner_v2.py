@@ -353,14 +353,16 @@ def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
     whole = ray.tune.grid_search([{"num_workers": 1}, {"num_workers": 2}])
     with pytest.raises(ValueError, match="a grid_search over whole configs"):
         v2.Tuner(trainer, param_space={"scaling_config": whole})
-    local = v2.DataParallelTrainer(
-        steps_loop, scaling_config=ray.train.ScalingConfig(num_workers=0)
-    )
+    run_config = ray.train.RunConfig(storage_path=storage_path)
+
+    def trainer_with(scaling_config, **kwargs):
+        return v2.DataParallelTrainer(
+            steps_loop, scaling_config=scaling_config, run_config=run_config, **kwargs
+        )
+
     with pytest.raises(ValueError, match=r"num_workers=0\) cannot be reserved"):
-        v2.Tuner(local)
-    elastic = v2.DataParallelTrainer(
-        steps_loop, scaling_config=ray.train.ScalingConfig(num_workers=(1, 2))
-    )
+        v2.Tuner(trainer_with(ray.train.ScalingConfig(num_workers=0)))
+    elastic = trainer_with(ray.train.ScalingConfig(num_workers=(1, 2)))
     with pytest.raises(ValueError, match=r"num_workers=\(1, 2\)\) cannot be reserved"):
         v2.Tuner(elastic)
     for unsupported in (
@@ -369,12 +371,10 @@ def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
             num_workers=1, use_tpu=True, topology="2x2", accelerator_type="TPU-V4"
         ),
     ):
-        refused = v2.DataParallelTrainer(steps_loop, scaling_config=unsupported)
         with pytest.raises(ValueError, match="without TPU slices or label selectors"):
-            v2.Tuner(refused)
-    validated = v2.DataParallelTrainer(
-        steps_loop,
-        scaling_config=ray.train.ScalingConfig(num_workers=1),
+            v2.Tuner(trainer_with(unsupported))
+    validated = trainer_with(
+        ray.train.ScalingConfig(num_workers=1),
         validation_config=ray.train.ValidationConfig(fn=lambda checkpoint, config: {}),
     )
     with pytest.raises(ValueError, match=r"validation_config=...\) is not supported"):
