@@ -318,6 +318,50 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
         )
 
 
+class ControllerBarrier:
+    """Ray Train V2's ``SynchronizationActor`` handle, for a ``ray_tt_ext.v2.Tuner``
+    trial's worker group: the barrier of that group, kept in the run's
+    controller actor (``_v2_trial.TrialController.barrier_call``) instead of an
+    actor of its own (a Python process fewer per trial).
+
+    Made in the controller actor per worker group; travels to the group's
+    training workers, where ``ray.train.report`` and ``ray.train.collective``
+    call ``<handle>.broadcast_from_rank_zero.remote(...)`` as on Ray's actor.
+    ``generation`` tells this group's barrier from an earlier group's (a call
+    of a group already shut down fails, as on Ray's killed actor).
+    """
+
+    def __init__(self, controller: Any, generation: int):
+        self._controller = controller
+        self._generation = generation
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def __getattr__(self, method: str) -> _BarrierMethod:
+        if method.startswith("_"):
+            raise AttributeError(method)
+        return _BarrierMethod(self._controller, self._generation, method)
+
+    def __repr__(self) -> str:
+        return f"ControllerBarrier(generation={self._generation})"
+
+
+class _BarrierMethod:
+    """``ControllerBarrier.<method>``: ``.remote(...)`` as on an actor handle's method."""
+
+    def __init__(self, controller: Any, generation: int, method: str):
+        self._controller = controller
+        self._generation = generation
+        self._method = method
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return self._controller.barrier_call.remote(
+            self._generation, self._method, *args, **kwargs
+        )
+
+
 def _committing_controller() -> Optional[Any]:
     """The run's controller, if it takes reports as they are made (the controller
     of a ``ray_tt_ext.v2.Tuner`` trial: ``_v2_trial.TrialController``)."""

@@ -43,7 +43,7 @@ from ray_tt_ext import _compat
 from ray_tt_ext._compat import train_v2_bridge as _V2
 from ray_tt_ext._naming import list_folders
 from ray_tt_ext._params import ObjectStoreParams
-from ray_tt_ext._train_v2 import PolicyTrainFn
+from ray_tt_ext._train_v2 import ControllerBarrier, PolicyTrainFn
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -236,6 +236,88 @@ def _tune_deletes(fs: Any, fs_path: str) -> None:
 
 #: The TrialController of this process (a controller actor's process runs one).
 _THIS_PROCESS: dict[str, Any] = {}
+#: The controller actor's concurrency group for its worker groups' barriers:
+#: a thread and event loop of its own, so a barrier never waits behind the
+#: controller's blocking calls (its polls, a group's start or shutdown), nor the
+#: controller behind a barrier, as with Ray's actor of its own.
+BARRIER_GROUP = "ray_tt_ext_barrier"
+
+
+def _this_processes_controller() -> Optional[TrialController]:
+    """The TrialController of the actor running in this process, if any."""
+    controller = _THIS_PROCESS.get("controller")
+    if controller is None:
+        return None
+    if controller._actor_id != ray.get_runtime_context().get_actor_id():
+        return None  # a controller of an earlier actor in this process
+    return controller
+
+
+class _BarrierFactory:
+    """Stands for Ray's ``SynchronizationActor`` class in Ray Train V2's
+    ``worker_group`` module of a trial's controller actor: in a
+    :class:`TrialController`'s actor, ``.options(...).remote(...)`` makes the
+    worker group's barrier in the controller (:meth:`TrialController.new_barrier`);
+    anywhere else, Ray's actor."""
+
+    def __init__(self, ray_class: Any):
+        self._ray_class = ray_class
+
+    def options(self, **options: Any) -> _BarrierStarter:
+        return _BarrierStarter(self._ray_class, options)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return _BarrierStarter(self._ray_class, {}).remote(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ray_class, name)
+
+
+class _BarrierStarter:
+    def __init__(self, ray_class: Any, options: dict):
+        self._ray_class, self._options = ray_class, options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        controller = _this_processes_controller()
+        if controller is None:
+            return self._ray_class.options(**self._options).remote(*args, **kwargs)
+        return controller.new_barrier(*args, **kwargs)
+
+
+class _BarrierShutdown:
+    """Stands for Ray Train V2's ``state._shutdown_sync_actor`` (``ray.kill`` of the
+    group's ``SynchronizationActor``) in a trial's controller actor: a
+    :class:`ControllerBarrier` is closed in the controller instead (its waiting
+    workers released, its later calls refused); Ray's actor is killed."""
+
+    def __init__(self, rays: Callable[[Any], None]):
+        self._rays = rays
+
+    def __call__(self, sync_actor: Any) -> None:
+        if not isinstance(sync_actor, ControllerBarrier):
+            return self._rays(sync_actor)
+        controller = _this_processes_controller()
+        if controller is not None:
+            controller.close_barrier_soon(sync_actor.generation)
+
+
+def _keep_barriers_in_the_controller() -> None:
+    """Patches Ray Train V2's ``worker_group.SynchronizationActor`` and
+    ``state._shutdown_sync_actor`` in this process (the controller actor of a
+    ``ray_tt_ext.v2.Tuner`` trial), once: a worker group of this process's
+    :class:`TrialController` keeps its barrier in the controller instead of
+    starting Ray's ``SynchronizationActor``, a Python process that imports Ray
+    Train, per group. Anything else in the process keeps Ray's."""
+    if _V2.SynchronizationBarrier is None:  # this Ray lacks a hook: Ray's actor
+        return
+    module = _V2.worker_group_module
+    if not isinstance(module.SynchronizationActor, _BarrierFactory):
+        module.SynchronizationActor = _BarrierFactory(module.SynchronizationActor)
+    state = _V2.worker_group_state_module
+    if not isinstance(state._shutdown_sync_actor, _BarrierShutdown):
+        state._shutdown_sync_actor = _BarrierShutdown(state._shutdown_sync_actor)
+
+
 #: Between polls of a worker group whose training function has ended (seconds).
 _FINISHING_POLL_S = 0.05
 #: How many such quick polls before the controller's usual interval again.
@@ -249,8 +331,13 @@ class TrialController(_V2.TrainController):
     its next poll, and a report returns on a worker only once the run
     recorded it and Tune took it (:meth:`commit_report`); the trial takes
     rank 0's reports with :meth:`next_report` (no queue actor between them)
-    and says when Tune took each (:meth:`report_taken`).
+    and says when Tune took each (:meth:`report_taken`). Its worker groups'
+    barriers (Ray's ``SynchronizationActor``, an actor per group) are kept here,
+    in a concurrency group of their own (:meth:`barrier_call`).
     """
+
+    #: ``ray.remote`` options of the controller actor (see ``_TrialRun.run_controller``).
+    RAY_REMOTE_OPTIONS: dict[str, Any] = {"concurrency_groups": {BARRIER_GROUP: 1000}}
 
     def __init__(
         self,
@@ -287,7 +374,11 @@ class TrialController(_V2.TrainController):
         self._pending: collections.deque = collections.deque()
         self._ended = False
         self._quick_polls = 0
+        self._barriers: dict[int, Any] = {}  # generation -> its worker group's barrier
+        self._barrier_generation = 0
+        self._actor_id = ray.get_runtime_context().get_actor_id()
         _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
+        _keep_barriers_in_the_controller()
         super().__init__(**kwargs)
         if replay_after is not None:
             self._replay(replay_after)
@@ -340,6 +431,56 @@ class TrialController(_V2.TrainController):
         status = self._worker_group.poll_status(timeout=self._health_check_interval_s)
         self._latest_poll_time = time.monotonic()
         return status
+
+    def new_barrier(self, **kwargs: Any) -> ControllerBarrier:
+        """A new worker group's barrier, kept in this controller: Ray's
+        ``SynchronizationActor`` class as a plain object, built with the
+        arguments Ray's ``WorkerGroup`` gives the actor. Runs in the controller
+        actor, when Ray's ``WorkerGroup._start_worker_group`` would start it."""
+        self._barrier_generation += 1
+        self._barriers[self._barrier_generation] = _V2.SynchronizationBarrier(**kwargs)
+        handle = ray.get_runtime_context().current_actor
+        return ControllerBarrier(handle, self._barrier_generation)
+
+    @ray.method(concurrency_group=BARRIER_GROUP)
+    async def barrier_call(
+        self, generation: int, method: str, *args: Any, **kwargs: Any
+    ) -> Any:
+        """``ControllerBarrier.<method>.remote(...)``: that method of Ray's
+        ``SynchronizationActor`` on the barrier ``generation`` (the workers'
+        ``broadcast_from_rank_zero``; the worker group's ``reset`` and
+        ``set_required_ranks``). Runs in the controller actor, in the barriers'
+        concurrency group. A closed barrier raises Ray's
+        ``SynchronizationBarrierResetError``, as a waiting worker's call does."""
+        if method.startswith("_"):
+            raise AttributeError(
+                f"A worker group's barrier has no public method {method!r}."
+            )
+        barrier = self._barriers.get(generation)
+        if barrier is None:
+            raise _V2.SynchronizationBarrierResetError(
+                f"The barrier of worker group {generation} of this run was closed: "
+                "the group was shut down."
+            )
+        result = getattr(barrier, method)(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    @ray.method(concurrency_group=BARRIER_GROUP)
+    async def close_barrier(self, generation: int) -> None:
+        """Release the workers waiting at the barrier ``generation`` (Ray's
+        ``reset``: they raise ``SynchronizationBarrierResetError``) and refuse its
+        later calls. Runs in the controller actor, in the barriers' group."""
+        barrier = self._barriers.pop(generation, None)
+        if barrier is not None:
+            await barrier.reset()
+
+    def close_barrier_soon(self, generation: int) -> None:
+        """Close the barrier ``generation`` once its concurrency group runs
+        (:meth:`close_barrier`); runs in the controller actor, where Ray's
+        worker group shuts down (it killed Ray's actor there)."""
+        ray.get_runtime_context().current_actor.close_barrier.remote(generation)
 
     async def commit_report(self, report_index: int) -> None:
         """A worker's report ``report_index`` is in its result queue: poll now, and
@@ -508,8 +649,14 @@ class _TrialRun:
                 placement_group=placement_group,
                 placement_group_capture_child_tasks=True,
             )
-        controller = self.controller = (
-            ray.remote(controller_cls).options(**options).remote(**controller_kwargs)
+        remote_options = getattr(controller_cls, "RAY_REMOTE_OPTIONS", None)
+        actor_cls = (
+            ray.remote(**remote_options)(controller_cls)
+            if remote_options
+            else ray.remote(controller_cls)
+        )
+        controller = self.controller = actor_cls.options(**options).remote(
+            **controller_kwargs
         )
         self._started.set()
         if self._aborted:  # Tune stopped the trial while the run was starting

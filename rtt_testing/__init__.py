@@ -396,6 +396,15 @@ def counting_conversions(
     return Counted
 
 
+def actors_started(class_name: str) -> int:
+    """How many actors of ``class_name`` this Ray has started so far, alive or
+    dead, from the GCS's actor table (no dashboard needed; ``ray._private.state``
+    is Ray's internal view of it, as in ``tests/helpers.alive_actors``)."""
+    from ray._private import state
+
+    return sum(1 for a in state.actors().values() if a["ActorClassName"] == class_name)
+
+
 def settled_object_store_used_mib(timeout_s: float = 15.0) -> float:
     """Plasma memory in use once it stops changing (Ray frees objects
     asynchronously, and earlier tests' objects may still be going)."""

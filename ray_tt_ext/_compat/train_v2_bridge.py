@@ -9,6 +9,9 @@ of these raises :class:`UnsupportedRayVersionError`. Checked on Ray 2.60;
 
 from __future__ import annotations
 
+import importlib
+from typing import Any, Optional
+
 from ray.tune.trainable.function_trainable import wrap_function
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -37,12 +40,26 @@ try:
     from ray.train.v2._internal.execution.checkpoint import (
         checkpoint_manager as checkpoint_manager_module,
     )
+    from ray.train.v2._internal.execution.checkpoint.sync_actor import (
+        SynchronizationActor,
+        SynchronizationBarrierResetError,
+    )
     from ray.train.v2._internal.execution.controller import TrainController
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
     from ray.train.v2._internal.execution.worker_group.placement_group_handle import (
         DefaultPlacementGroupHandle,
     )
     from ray.train.v2.api.callback import UserCallback
+
+    #: The modules whose names the run's barrier replaces in a trial's
+    #: controller actor (``_v2_trial``): ``worker_group`` starts Ray's
+    #: ``SynchronizationActor`` per worker group, ``state`` kills it.
+    worker_group_module = importlib.import_module(
+        "ray.train.v2._internal.execution.worker_group.worker_group"
+    )
+    worker_group_state_module = importlib.import_module(
+        "ray.train.v2._internal.execution.worker_group.state"
+    )
 except ImportError as e:  # a Train V2 older or newer than the bridge knows
     raise UnsupportedRayVersionError(
         f"ray_tt_ext.v2.Tuner(trainer) extends Ray Train V2 internals that "
@@ -50,6 +67,26 @@ except ImportError as e:  # a Train V2 older or newer than the bridge knows
         f"'ray[tune,train]>=2.60,<{MAX_RAY_VERSION}' (docs/compatibility.md), or "
         "tune a function that fits the trainer (Ray's documented pattern)."
     ) from e
+
+
+def _plain_class(actor_class: Any) -> Optional[type]:
+    """The Python class behind a ``@ray.remote`` class (``None`` if Ray keeps it
+    elsewhere)."""
+    modified = getattr(
+        getattr(actor_class, "__ray_metadata__", None), "modified_class", None
+    )
+    return getattr(modified, "__ray_actor_class__", None)
+
+
+#: Ray's ``SynchronizationActor`` as a plain class (the run's barrier, kept in
+#: the controller actor), or ``None`` where this Ray lacks a hook it needs: its
+#: worker groups then start Ray's actor, as without ray_tt_ext.
+SynchronizationBarrier: Optional[type] = (
+    _plain_class(SynchronizationActor)
+    if getattr(worker_group_module, "SynchronizationActor", None) is SynchronizationActor
+    and callable(getattr(worker_group_state_module, "_shutdown_sync_actor", None))
+    else None
+)
 
 #: The variable Ray's controller sets for itself (its blocking-get warning).
 blocking_get_warning_var: str = RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
@@ -78,6 +115,8 @@ __all__ = [
     "PlacementGroupSchedulingStrategy",
     "RunConfig",
     "ScalingConfig",
+    "SynchronizationBarrier",
+    "SynchronizationBarrierResetError",
     "TrainController",
     "UserCallback",
     "WorkerGroup",
@@ -85,5 +124,7 @@ __all__ = [
     "checkpoint_manager_module",
     "controller_env_vars",
     "propagated_env_vars",
+    "worker_group_module",
+    "worker_group_state_module",
     "wrap_function",
 ]

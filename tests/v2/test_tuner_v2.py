@@ -16,6 +16,7 @@ import ray.tune
 from v2_tune_loops import steps_loop
 
 import ray_tt_ext.v2 as v2
+from rtt_testing import actors_started
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
 
@@ -251,6 +252,7 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
             checkpoint_config=v2.CheckpointConfig(checkpoint_dir_name="model-{index:02d}")
         ),
     )
+    sync_actors = actors_started("SynchronizationActor")
     (result,) = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"epochs": 2}},
@@ -258,6 +260,10 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     ).fit()
     assert result.error is None
     assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
+    # Ray Train's barrier worked for both ranks (report()'s and the loop's own),
+    # kept in the run's controller: no SynchronizationActor was started.
+    assert result.metrics["ranks_given_rank_0s"] == 2.0
+    assert actors_started("SynchronizationActor") == sync_actors
     assert result.checkpoint.path == os.path.join(result.path, "model-01")
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, "model.pt"))

@@ -26,6 +26,7 @@ from v2_loops import (
 )
 
 import ray_tt_ext.v2 as v2
+from rtt_testing import actors_started
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
 
@@ -211,10 +212,14 @@ def test_rays_tune_and_train_v2_pattern_runs_under_the_v2_tuner(storage_path):
         param_space={"lr": ray.tune.grid_search([0.1, 0.2]), "storage_path": storage_path},
         run_config=ray.tune.RunConfig(storage_path=storage_path, name="tune"),
     )
+    sync_actors = actors_started("SynchronizationActor")
     results = tuner.fit()
     assert not results.errors
     assert sorted(r.metrics["lr"] for r in results) == [0.1, 0.2]
     assert {r.metrics["v2"] for r in results} == {1}  # Train V2 ran in the trials
+    # Ray's own controller keeps Ray's barrier actor (one per run): only a
+    # v2.Tuner(trainer) trial's controller keeps its barrier in itself.
+    assert actors_started("SynchronizationActor") == sync_actors + 2
     assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None  # left as the user has it
 
 

@@ -76,20 +76,34 @@ def tune_fn(config: dict) -> None:
 
 
 def torch_loop(config: dict) -> None:
-    """DDP on gloo: all-reduce a tensor, save the model with torch.save."""
+    """DDP on gloo: all-reduce a tensor, Ray Train's barrier and broadcast, save
+    the model with torch.save."""
+    import ray.train.collective
     import ray.train.torch
     import torch
     import torch.distributed as dist
 
     model = ray.train.torch.prepare_model(torch.nn.Linear(4, 1))
+    rank = ray.train.get_context().get_world_rank()
     for epoch in range(config["epochs"]):
-        total = torch.tensor([float(ray.train.get_context().get_world_rank() + 1)])
+        total = torch.tensor([float(rank + 1)])
         dist.all_reduce(total)
+        # Ray Train's own collectives (its barrier): rank 0's value on every rank.
+        ray.train.collective.barrier()
+        sent = ray.train.collective.broadcast_from_rank_zero(
+            f"epoch {epoch} of rank {rank}"
+        )
+        agreed = torch.tensor([float(sent == f"epoch {epoch} of rank 0")])
+        dist.all_reduce(agreed)
         d = tempfile.mkdtemp()
         if ray.train.get_context().get_world_rank() == 0:
             torch.save(model.state_dict(), os.path.join(d, "model.pt"))
         ray.train.report(
-            {"epoch": epoch, "allreduce": float(total.item())},
+            {
+                "epoch": epoch,
+                "allreduce": float(total.item()),
+                "ranks_given_rank_0s": float(agreed.item()),
+            },
             checkpoint=ray.train.Checkpoint.from_directory(d)
             if ray.train.get_context().get_world_rank() == 0
             else None,
