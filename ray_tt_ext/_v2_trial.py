@@ -301,6 +301,40 @@ class _BarrierShutdown:
             controller.close_barrier_soon(sync_actor.generation)
 
 
+_PreemptionCallbackBase: type = _V2.PreemptionCallback or object
+
+
+class _WatcherInTheController(_PreemptionCallbackBase):
+    """Ray Train V2's ``PreemptionCallback`` whose ``PreemptionWatcher`` runs in the
+    controller actor of a ``ray_tt_ext.v2.Tuner`` trial (its polling thread), not
+    as an actor of its own per worker group: a Python process fewer per trial,
+    the same drain polls and the same ``mark_preempt`` calls on the workers."""
+
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        """Overrides Ray Train V2's ``PreemptionCallback.after_worker_group_start``;
+        runs in the controller actor. Ray's watcher class, as a plain object."""
+        self._stop_watcher()
+        node_to_ranks: dict[str, list[int]] = {}
+        actors_by_rank: dict[int, Any] = {}
+        for worker in worker_group.get_workers():
+            rank = worker.distributed_context.world_rank
+            node_to_ranks.setdefault(worker.metadata.node_id, []).append(rank)
+            actors_by_rank[rank] = worker.actor
+        self._watcher = _V2.PreemptionWatcher(
+            node_to_ranks=node_to_ranks,
+            poll_interval_s=self._poll_interval_s,
+            worker_actors_by_rank=actors_by_rank,
+        )
+
+    def _stop_watcher(self) -> None:
+        """Overrides Ray Train V2's ``PreemptionCallback._stop_watcher`` (``ray.kill``
+        of the watcher actor); runs in the controller actor: stops the
+        watcher's polling thread."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher._stop_event.set()
+
+
 def _keep_barriers_in_the_controller() -> None:
     """Patches Ray Train V2's ``worker_group.SynchronizationActor`` and
     ``state._shutdown_sync_actor`` in this process (the controller actor of a
@@ -380,6 +414,13 @@ class TrialController(_V2.TrainController):
         _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
         _keep_barriers_in_the_controller()
         super().__init__(**kwargs)
+        if _V2.PreemptionCallback is not None:  # the watcher in this actor too
+            self._worker_group_callbacks_to_propagate = [
+                _WatcherInTheController()
+                if type(callback) is _V2.PreemptionCallback
+                else callback
+                for callback in self._worker_group_callbacks_to_propagate
+            ]
         if replay_after is not None:
             self._replay(replay_after)
 

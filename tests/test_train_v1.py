@@ -71,8 +71,11 @@ def test_first_name_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_pat
 
 def test_explicit_values_are_kept_and_neutral_names_change_nothing():
     code = """
-        import os
+        import os, sys
         import ray_tt_ext
+        # import ray_tt_ext alone imports nothing of Ray (what lets ray_tt_ext.v2,
+        # which runs this file, leave the variable to Ray).
+        print("RAY_IMPORTED", sorted(m for m in sys.modules if m.split(".")[0] == "ray"))
         ray_tt_ext.PayloadTooLargeError, ray_tt_ext.inspect_payload, ray_tt_ext.CheckpointConfig
         print("NEUTRAL", os.environ.get("RAY_TRAIN_V2_ENABLED"))
         ray_tt_ext.Tuner
@@ -80,6 +83,7 @@ def test_explicit_values_are_kept_and_neutral_names_change_nothing():
         """
     proc = run_script(code, {"RAY_TRAIN_V2_ENABLED": "0"})
     assert proc.returncode == 0, proc.stderr
+    assert "RAY_IMPORTED []" in proc.stdout
     assert "NEUTRAL 0\nV1NAME 0" in proc.stdout
     proc = run_script(code, {})
     assert proc.returncode == 0, proc.stderr

@@ -88,6 +88,12 @@ SynchronizationBarrier: Optional[type] = (
     else None
 )
 
+try:  # Ray's per-worker-group PreemptionWatcher actor (Ray 2.60)
+    from ray.train.v2._internal.callbacks.preemption_callback import PreemptionCallback
+    from ray.train.v2._internal.execution.preemption import PreemptionWatcher
+except ImportError:  # a Train V2 without it: nothing to keep in the controller
+    PreemptionCallback = PreemptionWatcher = None  # type: ignore[assignment,misc]
+
 #: The variable Ray's controller sets for itself (its blocking-get warning).
 blocking_get_warning_var: str = RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
 
@@ -113,6 +119,8 @@ __all__ = [
     "DefaultPlacementGroupHandle",
     "PlacementGroupCleanerCallback",
     "PlacementGroupSchedulingStrategy",
+    "PreemptionCallback",
+    "PreemptionWatcher",
     "RunConfig",
     "ScalingConfig",
     "SynchronizationBarrier",

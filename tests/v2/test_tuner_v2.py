@@ -252,7 +252,7 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
             checkpoint_config=v2.CheckpointConfig(checkpoint_dir_name="model-{index:02d}")
         ),
     )
-    sync_actors = actors_started("SynchronizationActor")
+    helpers = {c: actors_started(c) for c in ("SynchronizationActor", "PreemptionWatcher")}
     (result,) = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"epochs": 2}},
@@ -260,10 +260,12 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     ).fit()
     assert result.error is None
     assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
-    # Ray Train's barrier worked for both ranks (report()'s and the loop's own),
-    # kept in the run's controller: no SynchronizationActor was started.
+    # Ray Train's barrier worked for both ranks (report()'s, the loop's own and
+    # get_preemption_info()'s), kept in the run's controller with the preemption
+    # watcher: neither a SynchronizationActor nor a PreemptionWatcher started.
     assert result.metrics["ranks_given_rank_0s"] == 2.0
-    assert actors_started("SynchronizationActor") == sync_actors
+    assert result.metrics["preempted"] is False
+    assert {c: actors_started(c) for c in helpers} == helpers
     assert result.checkpoint.path == os.path.join(result.path, "model-01")
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, "model.pt"))
@@ -416,3 +418,43 @@ def test_a_checkpoint_without_the_score_attribute_is_an_error_and_nothing_is_del
     names = [n for n in folders(result.path) if n.startswith("checkpoint_")]
     assert names and names == [f"checkpoint_{i:06d}" for i in range(len(names))]
     assert result.checkpoint is None
+
+
+@pytest.mark.timeout(300)
+def test_a_drained_node_reaches_the_loop_through_the_watcher_in_the_controller(
+    shutdown_only, storage_path
+):
+    """Ray Train's preemption notice under a trial: the worker's node is drained
+    (a spot reclaim's notice), the watcher that ray_tt_ext keeps in the run's
+    controller sees it, and the loop's ``ray.train.get_preemption_info()`` names
+    the worker's rank and node; the loop returns and the trial finishes."""
+    from ray.cluster_utils import Cluster
+    from v2_tune_loops import drain_own_node_loop
+
+    cluster = Cluster(
+        initialize_head=True,
+        head_node_args={"num_cpus": 1, "include_dashboard": False},
+    )
+    try:
+        ray.init(address=cluster.address)
+        cluster.add_node(num_cpus=1, resources={"spot": 1})
+        cluster.wait_for_nodes()
+        watchers = actors_started("PreemptionWatcher")
+        trainer = v2.DataParallelTrainer(
+            drain_own_node_loop,
+            train_loop_config={"wait_s": 60},
+            scaling_config=ray.train.ScalingConfig(
+                num_workers=1, resources_per_worker={"CPU": 1, "spot": 1}
+            ),
+        )
+        (result,) = v2.Tuner(
+            trainer,
+            run_config=ray.tune.RunConfig(name="drained", storage_path=storage_path),
+        ).fit()
+        assert result.error is None, result.error
+        assert result.metrics["preempted_ranks"] == [0]
+        assert result.metrics["preempted_own_node"] is True
+        assert actors_started("PreemptionWatcher") == watchers  # in the controller
+    finally:
+        ray.shutdown()
+        cluster.shutdown()

@@ -103,6 +103,7 @@ def torch_loop(config: dict) -> None:
                 "epoch": epoch,
                 "allreduce": float(total.item()),
                 "ranks_given_rank_0s": float(agreed.item()),
+                "preempted": ray.train.get_preemption_info() is not None,
             },
             checkpoint=ray.train.Checkpoint.from_directory(d)
             if ray.train.get_context().get_world_rank() == 0

@@ -157,3 +157,35 @@ def dying_loop(config: dict) -> None:
             if victim != "driver":  # else the test kills the driver
                 os.kill(pids[victim], signal.SIGKILL)
             threading.Event().wait()  # until this worker is stopped with its run
+
+
+def drain_own_node_loop(config: dict) -> None:
+    """Report, then drain this worker's node (as a cloud provider's preemption
+    notice does: Ray's GCS marks it draining with a deadline) and wait for
+    ``ray.train.get_preemption_info()``; report what it says, and return (as
+    Ray recommends once the just-in-time checkpoint is saved)."""
+    from ray._raylet import GcsClient
+    from ray.core.generated.autoscaler_pb2 import DrainNodeReason
+
+    ray.train.report({"step": 0})
+    node_id = ray.get_runtime_context().get_node_id()
+    accepted, why = GcsClient(address=ray.get_runtime_context().gcs_address).drain_node(
+        node_id,
+        DrainNodeReason.Value("DRAIN_NODE_REASON_PREEMPTION"),
+        "ray_tt_ext test: a spot node reclaimed",
+        int(time.time() * 1000) + 300_000,
+    )
+    assert accepted, why
+    deadline = time.monotonic() + config["wait_s"]
+    info = None
+    while info is None and time.monotonic() < deadline:
+        info = ray.train.get_preemption_info()  # the watcher's word, per step
+        if info is None:
+            time.sleep(0.2)  # a training step
+    ray.train.report(
+        {
+            "step": 1,
+            "preempted_ranks": info.preempted_ranks if info else None,
+            "preempted_own_node": bool(info) and node_id in info.preempted_node_ids,
+        }
+    )
