@@ -42,6 +42,42 @@ def _ratio_rows(section: dict) -> list[str]:
     return rows
 
 
+def _cpu_by_role_table(data: dict) -> list[str]:
+    """``v2_trials``: CPU seconds per trial by kind of process, v2_tuner beside
+    v1_tuner (a run of each with the sampler on)."""
+    flavours = [f for f in ("v2_tuner", "v1_tuner") if "cpu_by_role" in data.get(f, {})]
+    if not flavours:
+        return []
+    n = data["trials"]
+    roles = sorted(
+        {r for f in flavours for r in data[f]["cpu_by_role"]},
+        key=lambda r: (
+            -max(data[f]["cpu_by_role"].get(r, {}).get("cpu_s", 0) for f in flavours)
+        ),
+    )
+    lines = [
+        "",
+        f"Where the CPU goes: CPU seconds per trial (user + system) by kind of process, "
+        f"a run of {n} trials of each with the processes sampled every 0.1 s "
+        "(processes started per trial in brackets). `(started, never an actor)`: "
+        "worker processes Ray started for an actor that was killed before it ran.",
+        "",
+        "| process | " + " | ".join(flavours) + " |",
+        "| --- | " + " | ".join("---" for _ in flavours) + " |",
+    ]
+    for role in roles:
+        cells = []
+        for f in flavours:
+            r = data[f]["cpu_by_role"].get(role)
+            cells.append(f"{r['cpu_s'] / n:.2f} s ({r['processes'] / n:.2g})" if r else "-")
+        lines.append(f"| {role} | " + " | ".join(cells) + " |")
+    totals = [
+        sum(r["cpu_s"] for r in data[f]["cpu_by_role"].values()) / n for f in flavours
+    ]
+    lines.append("| all | " + " | ".join(f"**{t:.2f} s**" for t in totals) + " |")
+    return lines
+
+
 def render(sections: dict[str, Any]) -> str:
     lines = [
         "# Benchmarks",
@@ -237,6 +273,7 @@ def render(sections: dict[str, Any]) -> str:
                     f"| {m['uss_mib']:.0f} / {m['rss_mib']:.0f} MiB | {m['trials_at_once']} "
                     f"| {r['placement_groups_left']} | {r['free_cpus']:.0f} |"
                 )
+            lines += _cpu_by_role_table(data)
             lines += ["", "### Notes", "", _notes("v2_trials")]
         elif name == "train_loop_config":
             lines += [

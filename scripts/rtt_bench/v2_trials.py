@@ -21,7 +21,9 @@ from rtt_bench.common import _fit_seconds, _table, progress
 _V2_FLAVOURS = ("v2_tuner", "v1_tuner", "rays_pattern")
 
 
-def _v2_trials_run(flavour: str, n: int, hold_s: float = 0.0) -> dict[str, Any]:
+def _v2_trials_run(
+    flavour: str, n: int, hold_s: float = 0.0, cpu: bool = False
+) -> dict[str, Any]:
     import subprocess
 
     script = Path(__file__).resolve().parent / "v2_trials_child.py"
@@ -29,7 +31,8 @@ def _v2_trials_run(flavour: str, n: int, hold_s: float = 0.0) -> dict[str, Any]:
     if flavour == "v1_tuner":
         env["RAY_TRAIN_V2_ENABLED"] = "0"
     proc = subprocess.run(
-        [sys.executable, str(script), flavour, str(n), str(hold_s)],
+        [sys.executable, str(script), flavour, str(n), str(hold_s)]
+        + (["cpu"] if cpu else []),
         env=env,
         capture_output=True,
         text=True,
@@ -71,6 +74,12 @@ def bench_v2_trials(quick: bool, storage: str) -> dict[str, Any]:
         memory = _v2_trials_run(flavour, 4, hold_s=6.0)["memory"]
         out[flavour]["memory"] = memory
         progress(f"v2_trials {flavour}: {memory['uss_mib']:.0f} MiB per running trial")
+    # Where the CPU goes (a run of its own: sampling costs CPU too).
+    for flavour in ("v2_tuner", "v1_tuner"):
+        roles = _v2_trials_run(flavour, n, cpu=True)["cpu_by_role"]
+        out[flavour]["cpu_by_role"] = roles
+        total = sum(r["cpu_s"] for r in roles.values())
+        progress(f"v2_trials {flavour}: {total / n:.1f} CPU s per trial")
     out["pair_ratios"] = ratios
     out["ratio_to_v1"] = statistics.median(ratios)
     out["ratio_to_rays_pattern"] = (

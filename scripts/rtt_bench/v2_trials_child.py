@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One flavour of the per-trial cost of short trials, in a process of its own.
 
-    python scripts/rtt_bench/v2_trials_child.py FLAVOUR N [HOLD_S]    (prints one JSON line)
+    python scripts/rtt_bench/v2_trials_child.py FLAVOUR N [HOLD_S [cpu]]    (prints one JSON line)
 
 FLAVOUR: ``v2_tuner`` (``ray_tt_ext.v2.Tuner(trainer)``), ``rays_pattern``
 (Ray's documented Tune + Train V2 pattern under ``ray.tune.Tuner``: a Tune
@@ -18,7 +18,8 @@ trials' processes all run at once, and the memory of a running trial is
 sampled: the unique memory (USS) and RSS of every Ray worker process that is
 not idle (trial actors, controllers, workers, Ray's helper actors), divided
 by the training workers running (one per trial), the median over the
-samples with the most trials running.
+samples with the most trials running. With ``cpu``, the CPU seconds of each
+kind of process during the fit (:class:`CpuSampler`).
 
 Run by ``scripts/bench.py`` (section ``v2_trials``); Train V1 and V2 cannot
 share a process.
@@ -32,6 +33,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -110,6 +112,83 @@ class MemorySampler:
         }
 
 
+class CpuSampler:
+    """CPU seconds by process role while the fit runs (bench only): every 0.1 s
+    the user + system CPU time of this machine's Ray processes, each process
+    counted under the last role it was seen in (``ray::<actor class>``; a
+    worker process still starting when last seen, which never ran an actor,
+    counts as ``(started, never an actor)``; Ray's own daemons under
+    ``Ray's daemons``; this process as ``driver``)."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self._seen: dict[int, tuple[str, float]] = {}
+        self._base: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    @staticmethod
+    def _role(cmdline: list[str], pid: int) -> Optional[str]:
+        if pid == os.getpid():
+            return "driver"
+        title = " ".join(cmdline)
+        if title.startswith("ray::"):
+            return title.split()[0].split(".")[0].rstrip(":")
+        if "default_worker.py" in title:
+            return "(started, never an actor)"
+        if "/ray/" in title or "ray/core/src" in title:
+            return "Ray's daemons"
+        return None
+
+    def __enter__(self) -> CpuSampler:
+        import psutil
+
+        for proc in psutil.process_iter():
+            try:
+                times = proc.cpu_times()
+                self._base[proc.pid] = times.user + times.system
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                pass
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        import psutil
+
+        while not self._stop.wait(0.1):
+            for proc in psutil.process_iter(["cmdline"]):
+                try:
+                    role = self._role(proc.info["cmdline"] or [], proc.pid)
+                    if role is None:
+                        continue
+                    times = proc.cpu_times()
+                except (psutil.NoSuchProcess, psutil.AccessDenied):
+                    continue
+                before = self._seen.get(proc.pid)
+                if (
+                    before
+                    and before[0].startswith("ray::")
+                    and not role.startswith("ray::")
+                ):
+                    role = before[0]  # e.g. back to ray::IDLE after its actor
+                if role == "ray::IDLE" and before and before[0] != "ray::IDLE":
+                    role = before[0]
+                self._seen[proc.pid] = (role, times.user + times.system)
+
+    def by_role(self) -> dict[str, dict[str, float]]:
+        out: dict[str, dict[str, float]] = {}
+        for pid, (role, cpu) in self._seen.items():
+            entry = out.setdefault(role, {"cpu_s": 0.0, "processes": 0})
+            entry["cpu_s"] += cpu - self._base.get(pid, 0.0)
+            entry["processes"] += 1
+        return out
+
+
 def rays_pattern(config):
     import ray.train
     import ray.tune
@@ -128,7 +207,7 @@ def rays_pattern(config):
     ).fit()
 
 
-def run(flavour: str, n: int, hold_s: float = 0.0) -> dict:
+def run(flavour: str, n: int, hold_s: float = 0.0, cpu: bool = False) -> dict:
     storage = tempfile.mkdtemp(prefix="rtt_bench_v2_")
     if flavour == "v1_tuner":
         import ray_tt_ext  # its first Train V1 name turns V1 on
@@ -180,7 +259,7 @@ def run(flavour: str, n: int, hold_s: float = 0.0) -> dict:
             param_space={"train_loop_config": {"lr": lrs, **hold}},
             run_config=run_config,
         )
-    sampler = MemorySampler() if hold_s else None
+    sampler = MemorySampler() if hold_s else CpuSampler() if cpu else None
     start = time.perf_counter()
     if sampler is None:
         results = tuner.fit()
@@ -200,12 +279,15 @@ def run(flavour: str, n: int, hold_s: float = 0.0) -> dict:
         "free_cpus": ray.available_resources().get("CPU", 0.0),
         "ray": ray.__version__,
     }
-    if sampler is not None:
+    if isinstance(sampler, MemorySampler):
         out["memory"] = sampler.per_trial_mib()
+    elif isinstance(sampler, CpuSampler):
+        out["cpu_by_role"] = sampler.by_role()
     ray.shutdown()
     return out
 
 
 if __name__ == "__main__":
     hold_s = float(sys.argv[3]) if len(sys.argv) > 3 else 0.0
-    print(json.dumps(run(sys.argv[1], int(sys.argv[2]), hold_s)))
+    cpu = len(sys.argv) > 4 and sys.argv[4] == "cpu"
+    print(json.dumps(run(sys.argv[1], int(sys.argv[2]), hold_s, cpu)))

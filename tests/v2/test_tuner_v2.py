@@ -420,6 +420,7 @@ def test_a_checkpoint_without_the_score_attribute_is_an_error_and_nothing_is_del
     assert result.checkpoint is None
 
 
+@pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_a_drained_node_reaches_the_loop_through_the_watcher_in_the_controller(
     shutdown_only, storage_path
