@@ -362,6 +362,22 @@ class _BarrierMethod:
         )
 
 
+class NoDatasetShards:
+    """The dataset shard provider of a ``ray_tt_ext.v2.Tuner`` trial whose trainer
+    has no datasets (Ray Train V2's ``DatasetShardProvider`` protocol). Ray's
+    starts a ``DatasetManager`` actor per worker group even then, a Python
+    process per trial that serves nothing. Made in the controller actor; on a
+    training worker, ``ray.train.get_dataset_shard`` raises ``KeyError`` as
+    Ray's does for a name it does not have."""
+
+    def get_dataset_shard(self, dataset_info: Any) -> Any:
+        raise KeyError(
+            f"Dataset shard for '{dataset_info.dataset_name}' not found: this "
+            "trainer has no datasets. Fix: pass the dataset in the trainer's "
+            "`datasets` argument."
+        )
+
+
 def _committing_controller() -> Optional[Any]:
     """The run's controller, if it takes reports as they are made (the controller
     of a ``ray_tt_ext.v2.Tuner`` trial: ``_v2_trial.TrialController``)."""

@@ -16,7 +16,9 @@ Where each piece runs:
   placement group): Ray's ``TrainController`` whose worker group starts in the
   trial's placement group, which Tune reserved from the trainer's
   ``ScalingConfig``; Tune removes it when the trial stops, and the workers
-  with it.
+  with it. The worker groups' barrier (Ray's ``SynchronizationActor``) and
+  Ray's ``PreemptionWatcher``, an actor each per worker group in Ray's
+  controller, run in it.
 * :class:`TuneReportBridge` (a V2 ``UserCallback``, in the controller): hands
   rank 0's metrics and the checkpoint to the trial, in order, once the run
   recorded them; a worker's ``report()`` returns once Tune took its report
@@ -43,7 +45,7 @@ from ray_tt_ext import _compat
 from ray_tt_ext._compat import train_v2_bridge as _V2
 from ray_tt_ext._naming import list_folders
 from ray_tt_ext._params import ObjectStoreParams
-from ray_tt_ext._train_v2 import ControllerBarrier, PolicyTrainFn
+from ray_tt_ext._train_v2 import ControllerBarrier, NoDatasetShards, PolicyTrainFn
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -335,6 +337,21 @@ class _WatcherInTheController(_PreemptionCallbackBase):
             watcher._stop_event.set()
 
 
+class _DatasetsCallback(_V2.DatasetsCallback):
+    """Ray Train V2's ``DatasetsCallback`` (the trainer's ``datasets`` split for the
+    workers) that starts no ``DatasetManager`` actor for a trainer without
+    datasets."""
+
+    def before_init_train_context(self, workers: list) -> dict[str, list]:
+        """Extends Ray Train V2's ``DatasetsCallback.before_init_train_context``;
+        runs in the controller actor. With datasets, Ray's (its
+        ``DatasetManager`` actor splits them); without, a provider that has
+        none (:class:`~ray_tt_ext._train_v2.NoDatasetShards`)."""
+        if self._datasets:
+            return super().before_init_train_context(workers)
+        return {"dataset_shard_provider": [NoDatasetShards()] * len(workers)}
+
+
 def _keep_barriers_in_the_controller() -> None:
     """Patches Ray Train V2's ``worker_group.SynchronizationActor`` and
     ``state._shutdown_sync_actor`` in this process (the controller actor of a
@@ -473,13 +490,15 @@ class TrialController(_V2.TrainController):
         self._latest_poll_time = time.monotonic()
         return status
 
-    def new_barrier(self, **kwargs: Any) -> ControllerBarrier:
+    def new_barrier(self, *args: Any, **kwargs: Any) -> ControllerBarrier:
         """A new worker group's barrier, kept in this controller: Ray's
         ``SynchronizationActor`` class as a plain object, built with the
         arguments Ray's ``WorkerGroup`` gives the actor. Runs in the controller
         actor, when Ray's ``WorkerGroup._start_worker_group`` would start it."""
         self._barrier_generation += 1
-        self._barriers[self._barrier_generation] = _V2.SynchronizationBarrier(**kwargs)
+        self._barriers[self._barrier_generation] = _V2.SynchronizationBarrier(
+            *args, **kwargs
+        )
         handle = ray.get_runtime_context().current_actor
         return ControllerBarrier(handle, self._barrier_generation)
 
@@ -617,6 +636,14 @@ def _user_error(error: BaseException) -> BaseException:
     return error
 
 
+def _without_idle_dataset_manager(callback: Any) -> Any:
+    """Ray's ``DatasetsCallback`` as :class:`_DatasetsCallback` (the same state, one
+    method extended); any other callback as it is. Trial actor."""
+    if type(callback) is _V2.DatasetsCallback:
+        callback.__class__ = _DatasetsCallback
+    return callback
+
+
 class _TrialRun:
     """One Train V2 run inside a trial actor: ``fit()`` in a thread of its own, its
     controller in the trial's placement group, rank 0's reports taken from the
@@ -636,7 +663,7 @@ class _TrialRun:
         default_callbacks = trainer._create_default_callbacks
         trainer._create_default_callbacks = lambda: [
             # Tune owns the trial's placement group: nothing else removes it.
-            c
+            _without_idle_dataset_manager(c)
             for c in default_callbacks()
             if not isinstance(c, _V2.PlacementGroupCleanerCallback)
         ]

@@ -29,6 +29,7 @@ from ray_tt_ext._compat.versions import (
 
 try:
     from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import (
         PlacementGroupCleanerCallback,
     )
@@ -116,6 +117,7 @@ def propagated_env_vars() -> frozenset[str]:
 __all__ = [
     "CheckpointConfig",
     "DataParallelTrainer",
+    "DatasetsCallback",
     "DefaultPlacementGroupHandle",
     "PlacementGroupCleanerCallback",
     "PlacementGroupSchedulingStrategy",

@@ -252,7 +252,10 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
             checkpoint_config=v2.CheckpointConfig(checkpoint_dir_name="model-{index:02d}")
         ),
     )
-    helpers = {c: actors_started(c) for c in ("SynchronizationActor", "PreemptionWatcher")}
+    helpers = {
+        c: actors_started(c)
+        for c in ("SynchronizationActor", "PreemptionWatcher", "DatasetManager")
+    }
     (result,) = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"epochs": 2}},
@@ -262,7 +265,8 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
     # Ray Train's barrier worked for both ranks (report()'s, the loop's own and
     # get_preemption_info()'s), kept in the run's controller with the preemption
-    # watcher: neither a SynchronizationActor nor a PreemptionWatcher started.
+    # watcher: no SynchronizationActor, PreemptionWatcher (nor, without datasets,
+    # DatasetManager) started.
     assert result.metrics["ranks_given_rank_0s"] == 2.0
     assert result.metrics["preempted"] is False
     assert {c: actors_started(c) for c in helpers} == helpers
@@ -270,6 +274,39 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     with result.checkpoint.as_directory() as d:
         state = torch.load(os.path.join(d, "model.pt"))
     assert set(state) == {"module.weight", "module.bias"}  # DDP-wrapped Linear(4, 1)
+
+
+def test_datasets_reach_the_workers_and_a_trainer_without_starts_no_dataset_manager(
+    storage_path,
+):
+    """A trial of a trainer with ``datasets`` gets its shards as with Ray's
+    controller (Ray's ``DatasetManager`` actor splits them); a trial of a trainer
+    without starts none (Ray starts one per worker group even then), and asking
+    it for a shard is Ray's ``KeyError``, naming the fix."""
+    import ray.data
+    from v2_tune_loops import dataset_loop, no_dataset_loop
+
+    managers = actors_started("DatasetManager")
+    (with_data,) = v2.Tuner(
+        v2.DataParallelTrainer(
+            dataset_loop,
+            datasets={"train": ray.data.range(10)},
+            scaling_config=ray.train.ScalingConfig(num_workers=2),
+        ),
+        run_config=ray.tune.RunConfig(name="data", storage_path=storage_path),
+    ).fit()
+    (without,) = v2.Tuner(
+        v2.DataParallelTrainer(
+            no_dataset_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
+        ),
+        run_config=ray.tune.RunConfig(name="no_data", storage_path=storage_path),
+    ).fit()
+    assert with_data.error is None and without.error is None
+    assert with_data.metrics["rows"] == 5  # rank 0's half of the 10 rows
+    assert "Dataset shard for 'missing' not found" in with_data.metrics["missing"]
+    assert "this trainer has no datasets" in without.metrics["missing"]
+    assert "`datasets` argument" in without.metrics["missing"]
+    assert actors_started("DatasetManager") == managers + 1  # the one with datasets
 
 
 def _puts(log_path: str, prefix: str) -> dict[str, int]:

@@ -212,14 +212,17 @@ def test_rays_tune_and_train_v2_pattern_runs_under_the_v2_tuner(storage_path):
         param_space={"lr": ray.tune.grid_search([0.1, 0.2]), "storage_path": storage_path},
         run_config=ray.tune.RunConfig(storage_path=storage_path, name="tune"),
     )
-    helpers = {c: actors_started(c) for c in ("SynchronizationActor", "PreemptionWatcher")}
+    helpers = {
+        c: actors_started(c)
+        for c in ("SynchronizationActor", "PreemptionWatcher", "DatasetManager")
+    }
     results = tuner.fit()
     assert not results.errors
     assert sorted(r.metrics["lr"] for r in results) == [0.1, 0.2]
     assert {r.metrics["v2"] for r in results} == {1}  # Train V2 ran in the trials
-    # Ray's own controller keeps Ray's barrier and preemption watcher actors
-    # (one each per run): only a v2.Tuner(trainer) trial's controller keeps
-    # them in itself.
+    # Ray's own controller keeps Ray's barrier, preemption watcher and dataset
+    # manager actors (one each per run): only a v2.Tuner(trainer) trial's
+    # controller does without them.
     assert {c: actors_started(c) for c in helpers} == {c: n + 2 for c, n in helpers.items()}
     assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None  # left as the user has it
 

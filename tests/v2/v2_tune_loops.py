@@ -189,3 +189,25 @@ def drain_own_node_loop(config: dict) -> None:
             "preempted_own_node": bool(info) and node_id in info.preempted_node_ids,
         }
     )
+
+
+def dataset_loop(config: dict) -> None:
+    """Count the rows of this worker's shard of ``train``; say what asking for a
+    dataset the trainer was not given raises."""
+    rows = sum(1 for _ in ray.train.get_dataset_shard("train").iter_rows())
+    try:
+        ray.train.get_dataset_shard("missing")
+        missing = "no error"
+    except KeyError as e:
+        missing = str(e)
+    ray.train.report({"rows": rows, "missing": missing})
+
+
+def no_dataset_loop(config: dict) -> None:
+    """Say what ``ray.train.get_dataset_shard`` raises for a trainer without datasets."""
+    try:
+        ray.train.get_dataset_shard("train")
+        missing = "no error"
+    except KeyError as e:
+        missing = str(e)
+    ray.train.report({"missing": missing})
