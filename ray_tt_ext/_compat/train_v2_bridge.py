@@ -43,7 +43,6 @@ try:
     )
     from ray.train.v2._internal.execution.checkpoint.sync_actor import (
         SynchronizationActor,
-        SynchronizationBarrierResetError,
     )
     from ray.train.v2._internal.execution.controller import TrainController
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
@@ -79,12 +78,22 @@ def _plain_class(actor_class: Any) -> Optional[type]:
     return getattr(modified, "__ray_actor_class__", None)
 
 
+try:  # what a barrier kept in the controller raises once closed (Ray 2.60)
+    from ray.train.v2._internal.execution.checkpoint.sync_actor import (
+        SynchronizationBarrierResetError,
+    )
+except ImportError:  # an older Train V2: its barrier cannot be released (no reset)
+    SynchronizationBarrierResetError = None  # type: ignore[assignment,misc]
+
 #: Ray's ``SynchronizationActor`` as a plain class (the run's barrier, kept in
-#: the controller actor), or ``None`` where this Ray lacks a hook it needs: its
-#: worker groups then start Ray's actor, as without ray_tt_ext.
+#: the controller actor), or ``None`` where this Ray lacks what that needs (the
+#: barrier's ``reset``, the hooks in ``worker_group`` and ``state``; Ray 2.55):
+#: its worker groups then start Ray's actor, as without ray_tt_ext.
 SynchronizationBarrier: Optional[type] = (
     _plain_class(SynchronizationActor)
-    if getattr(worker_group_module, "SynchronizationActor", None) is SynchronizationActor
+    if SynchronizationBarrierResetError is not None
+    and callable(getattr(SynchronizationActor, "reset", None))
+    and getattr(worker_group_module, "SynchronizationActor", None) is SynchronizationActor
     and callable(getattr(worker_group_state_module, "_shutdown_sync_actor", None))
     else None
 )
