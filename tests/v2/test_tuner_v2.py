@@ -16,9 +16,21 @@ import ray.tune
 from v2_tune_loops import steps_loop
 
 import ray_tt_ext.v2 as v2
+from ray_tt_ext import _compat
 from rtt_testing import actors_started
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
+
+#: Ray 2.60 starts, per worker group, actors that a v2.Tuner trial's controller
+#: does without (the preemption watcher, the dataset manager, the barrier).
+RAY_2_60 = _compat.RAY_VERSION.release >= (2, 60)
+
+
+def barrier_kept_in_the_controller() -> bool:
+    """Whether this Ray's worker-group barrier can live in the controller (2.60)."""
+    from ray_tt_ext._compat import train_v2_bridge
+
+    return train_v2_bridge.SynchronizationBarrier is not None
 
 
 def folders(path: str) -> list[str]:
@@ -269,6 +281,8 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     # DatasetManager) started.
     assert result.metrics["ranks_given_rank_0s"] == 2.0
     assert result.metrics["preempted"] is False
+    if not barrier_kept_in_the_controller():  # Ray 2.55: Ray's actor, one per group
+        helpers["SynchronizationActor"] += 1
     assert {c: actors_started(c) for c in helpers} == helpers
     assert result.checkpoint.path == os.path.join(result.path, "model-01")
     with result.checkpoint.as_directory() as d:
@@ -306,7 +320,8 @@ def test_datasets_reach_the_workers_and_a_trainer_without_starts_no_dataset_mana
     assert "Dataset shard for 'missing' not found" in with_data.metrics["missing"]
     assert "this trainer has no datasets" in without.metrics["missing"]
     assert "`datasets` argument" in without.metrics["missing"]
-    assert actors_started("DatasetManager") == managers + 1  # the one with datasets
+    # The one with datasets (Ray 2.60; older Rays split datasets without one).
+    assert actors_started("DatasetManager") == managers + (1 if RAY_2_60 else 0)
 
 
 def _puts(log_path: str, prefix: str) -> dict[str, int]:
@@ -459,6 +474,7 @@ def test_a_checkpoint_without_the_score_attribute_is_an_error_and_nothing_is_del
 
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
+@pytest.mark.skipif(not RAY_2_60, reason="Ray's preemption notice is new in Ray 2.60")
 def test_a_drained_node_reaches_the_loop_through_the_watcher_in_the_controller(
     shutdown_only, storage_path
 ):

@@ -103,7 +103,9 @@ def torch_loop(config: dict) -> None:
                 "epoch": epoch,
                 "allreduce": float(total.item()),
                 "ranks_given_rank_0s": float(agreed.item()),
-                "preempted": ray.train.get_preemption_info() is not None,
+                # Ray 2.60's preemption notice (a barrier too); older Rays: none.
+                "preempted": getattr(ray.train, "get_preemption_info", lambda: None)()
+                is not None,
             },
             checkpoint=ray.train.Checkpoint.from_directory(d)
             if ray.train.get_context().get_world_rank() == 0
