@@ -16,9 +16,9 @@ Where each piece runs:
   placement group): Ray's ``TrainController`` whose worker group starts in the
   trial's placement group, which Tune reserved from the trainer's
   ``ScalingConfig``; Tune removes it when the trial stops, and the workers
-  with it. The worker groups' barrier (Ray's ``SynchronizationActor``) and
-  Ray's ``PreemptionWatcher``, an actor each per worker group in Ray's
-  controller, run in it.
+  with it. On Ray 2.60, the worker groups' barrier (Ray's
+  ``SynchronizationActor``) and Ray's ``PreemptionWatcher``, an actor each per
+  worker group in Ray's controller, run in it (Ray 2.55: Ray's barrier actor).
 * :class:`TuneReportBridge` (a V2 ``UserCallback``, in the controller): hands
   rank 0's metrics and the checkpoint to the trial, in order, once the run
   recorded them; a worker's ``report()`` returns once Tune took its report
@@ -382,9 +382,13 @@ class TrialController(_V2.TrainController):
     its next poll, and a report returns on a worker only once the run
     recorded it and Tune took it (:meth:`commit_report`); the trial takes
     rank 0's reports with :meth:`next_report` (no queue actor between them)
-    and says when Tune took each (:meth:`report_taken`). Its worker groups'
-    barriers (Ray's ``SynchronizationActor``, an actor per group) are kept here,
-    in a concurrency group of their own (:meth:`barrier_call`).
+    and says when Tune took each (:meth:`report_taken`). On Ray 2.60 its worker
+    groups' barriers (Ray's ``SynchronizationActor``, an actor per group) are
+    kept here, in a concurrency group of their own (:meth:`barrier_call`;
+    declared on Ray 2.55 too, where it stays unused), and Ray's
+    ``PreemptionWatcher`` runs here as a thread (:class:`_WatcherInTheController`:
+    its ``ray.nodes()`` call at a group's start runs on the controller's event
+    loop; it is not restarted on its own, it lives and dies with the controller).
     """
 
     #: ``ray.remote`` options of the controller actor (see ``_TrialRun.run_controller``).
@@ -504,21 +508,23 @@ class TrialController(_V2.TrainController):
 
     @ray.method(concurrency_group=BARRIER_GROUP)
     async def barrier_call(
-        self, generation: int, method: str, *args: Any, **kwargs: Any
+        self, generation: int, method: str, /, *args: Any, **kwargs: Any
     ) -> Any:
         """``ControllerBarrier.<method>.remote(...)``: that method of Ray's
         ``SynchronizationActor`` on the barrier ``generation`` (the workers'
         ``broadcast_from_rank_zero``; the worker group's ``reset`` and
         ``set_required_ranks``). Runs in the controller actor, in the barriers'
-        concurrency group. A closed barrier raises Ray's
-        ``SynchronizationBarrierResetError``, as a waiting worker's call does."""
+        concurrency group. A call of a closed barrier's group raises
+        ``RuntimeError``, as a call of Ray's killed actor raises
+        (``report()`` raises it, where Ray's ``SynchronizationBarrierResetError``
+        would let it go on without the report)."""
         if method.startswith("_"):
             raise AttributeError(
                 f"A worker group's barrier has no public method {method!r}."
             )
         barrier = self._barriers.get(generation)
         if barrier is None:
-            raise _V2.SynchronizationBarrierResetError(
+            raise RuntimeError(
                 f"The barrier of worker group {generation} of this run was closed: "
                 "the group was shut down."
             )

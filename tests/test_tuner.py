@@ -500,6 +500,7 @@ def test_tuner_of_trainer_says_ray_tt_ext_supports_it_once_instead_of_rays_depre
         assert counts == (1, 1), stderr
     else:  # older Rays say nothing, and ray_tt_ext neither
         assert counts == (0, 0), stderr
-    # Ray's variable that turns its migration warnings off silences ours too.
+    # Ray's variable that turns its migration warnings off silences ours too
+    # (on a Ray without migration warnings there is nothing to silence).
     counts, stderr = notices(RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS="0")
     assert counts == (0, 0), stderr

@@ -59,8 +59,10 @@ def _cpu_by_role_table(data: dict) -> list[str]:
         "",
         f"Where the CPU goes: CPU seconds per trial (user + system) by kind of process, "
         f"a run of {n} trials of each with the processes sampled every 0.1 s "
-        "(processes started per trial in brackets). `(started, never an actor)`: "
-        "worker processes Ray started for an actor that was killed before it ran.",
+        "(in brackets: processes per trial last seen in that role). "
+        "`(started, never an actor)`: Ray worker processes never seen running an "
+        "actor (an actor killed while its process was starting, or a pooled "
+        "worker not yet named).",
         "",
         "| process | " + " | ".join(flavours) + " |",
         "| --- | " + " | ".join("---" for _ in flavours) + " |",

@@ -275,10 +275,11 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     ).fit()
     assert result.error is None
     assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
-    # Ray Train's barrier worked for both ranks (report()'s, the loop's own and
-    # get_preemption_info()'s), kept in the run's controller with the preemption
-    # watcher: no SynchronizationActor, PreemptionWatcher (nor, without datasets,
-    # DatasetManager) started.
+    # Ray Train's barrier worked for both ranks (report()'s, the loop's own and,
+    # on Ray 2.60, get_preemption_info()'s), kept in the run's controller with the
+    # preemption watcher: no SynchronizationActor, PreemptionWatcher (nor,
+    # without datasets, DatasetManager) started. That the watcher in the
+    # controller sees a drained node: the drained-node test.
     assert result.metrics["ranks_given_rank_0s"] == 2.0
     assert result.metrics["preempted"] is False
     if not barrier_kept_in_the_controller():  # Ray 2.55: Ray's actor, one per group
