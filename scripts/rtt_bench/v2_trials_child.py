@@ -65,17 +65,19 @@ def one_report(config):
     time.sleep(config.get("hold_s", 0))  # the memory run: every trial alive at once
 
 
-class MemorySampler:
-    """Samples the Ray worker processes of this machine in a thread (bench only)."""
+class _Sampler:
+    """Calls ``_sample()`` every ``INTERVAL_S`` in a thread while the ``with``
+    block runs (bench only)."""
+
+    INTERVAL_S = 0.25
 
     def __init__(self) -> None:
         import threading
 
-        self.samples: list[tuple[int, int, int]] = []  # (workers, uss, rss)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
-    def __enter__(self) -> MemorySampler:
+    def __enter__(self):
         self._thread.start()
         return self
 
@@ -84,21 +86,35 @@ class MemorySampler:
         self._thread.join()
 
     def _run(self) -> None:
+        while not self._stop.wait(self.INTERVAL_S):
+            self._sample()
+
+    def _sample(self) -> None:
+        raise NotImplementedError
+
+
+class MemorySampler(_Sampler):
+    """Samples the memory of this machine's Ray worker processes (bench only)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.samples: list[tuple[int, int, int]] = []  # (workers, uss, rss)
+
+    def _sample(self) -> None:
         import psutil
 
-        while not self._stop.wait(0.25):
-            workers = uss = rss = 0
-            for proc in psutil.process_iter(["cmdline"]):
-                title = " ".join(proc.info["cmdline"] or [])
-                if not title.startswith("ray::") or title.startswith("ray::IDLE"):
-                    continue
-                try:
-                    info = proc.memory_full_info()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
-                    continue
-                uss, rss = uss + info.uss, rss + info.rss
-                workers += "RayTrainWorker" in title
-            self.samples.append((workers, uss, rss))
+        workers = uss = rss = 0
+        for proc in psutil.process_iter(["cmdline"]):
+            title = " ".join(proc.info["cmdline"] or [])
+            if not title.startswith("ray::") or title.startswith("ray::IDLE"):
+                continue
+            try:
+                info = proc.memory_full_info()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            uss, rss = uss + info.uss, rss + info.rss
+            workers += "RayTrainWorker" in title
+        self.samples.append((workers, uss, rss))
 
     def per_trial_mib(self) -> dict[str, float]:
         import statistics
@@ -112,7 +128,7 @@ class MemorySampler:
         }
 
 
-class CpuSampler:
+class CpuSampler(_Sampler):
     """CPU seconds by process role while the fit runs (bench only): every 0.1 s
     the user + system CPU time of this machine's Ray processes, each process
     counted under the last role it was seen in (``ray::<actor class>``; a
@@ -120,13 +136,12 @@ class CpuSampler:
     counts as ``(started, never an actor)``; Ray's own daemons under
     ``Ray's daemons``; this process as ``driver``)."""
 
-    def __init__(self) -> None:
-        import threading
+    INTERVAL_S = 0.1
 
+    def __init__(self) -> None:
+        super().__init__()
         self._seen: dict[int, tuple[str, float]] = {}
         self._base: dict[int, float] = {}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
 
     @staticmethod
     def _role(cmdline: list[str], pid: int) -> Optional[str]:
@@ -150,35 +165,25 @@ class CpuSampler:
                 self._base[proc.pid] = times.user + times.system
             except (psutil.NoSuchProcess, psutil.AccessDenied):
                 pass
-        self._thread.start()
-        return self
+        return super().__enter__()
 
-    def __exit__(self, *exc) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
+    def _sample(self) -> None:
         import psutil
 
-        while not self._stop.wait(0.1):
-            for proc in psutil.process_iter(["cmdline"]):
-                try:
-                    role = self._role(proc.info["cmdline"] or [], proc.pid)
-                    if role is None:
-                        continue
-                    times = proc.cpu_times()
-                except (psutil.NoSuchProcess, psutil.AccessDenied):
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                role = self._role(proc.info["cmdline"] or [], proc.pid)
+                if role is None:
                     continue
-                before = self._seen.get(proc.pid)
-                if (
-                    before
-                    and before[0].startswith("ray::")
-                    and not role.startswith("ray::")
-                ):
-                    role = before[0]  # e.g. back to ray::IDLE after its actor
-                if role == "ray::IDLE" and before and before[0] != "ray::IDLE":
-                    role = before[0]
-                self._seen[proc.pid] = (role, times.user + times.system)
+                times = proc.cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            before = self._seen.get(proc.pid)
+            if before and before[0].startswith("ray::") and not role.startswith("ray::"):
+                role = before[0]  # e.g. back to ray::IDLE after its actor
+            if role == "ray::IDLE" and before and before[0] != "ray::IDLE":
+                role = before[0]
+            self._seen[proc.pid] = (role, times.user + times.system)
 
     def by_role(self) -> dict[str, dict[str, float]]:
         out: dict[str, dict[str, float]] = {}
