@@ -449,8 +449,11 @@ def _kill_hosts(marker: str) -> None:
     for the worker to die with its owner (long before the 30 s are up)."""
     from helpers import alive_actors as _alive
 
-    if not os.path.exists(marker):
-        Path(marker).touch()
+    try:  # one caller kills: the marker's creation is the claim
+        os.close(os.open(marker, os.O_CREAT | os.O_EXCL))
+    except FileExistsError:
+        pass
+    else:
         for actor in _alive("BackendExecutorHost"):
             os.kill(actor["Pid"], signal.SIGKILL)
     time.sleep(30)
@@ -654,7 +657,9 @@ def test_trials_share_one_host_and_one_trials_error_leaves_the_others_alone(
 
 def kill_host_when_both_run_loop(config):
     """The (only) worker SIGKILLs the shared host once, at step 1, when both
-    trials' loops run."""
+    trials' loops run. Each trial's first run waits at step 1 for the host's
+    death: the trial that did not kill it sees the marker before the kill (the
+    killer looks the host up after writing it) and must not run on meanwhile."""
     from helpers import get_or_create_counter as _counter
     from helpers import recorded as _recorded
 
@@ -662,8 +667,9 @@ def kill_host_when_both_run_loop(config):
     trial_id = ray.train.get_context().get_trial_id()
     counter = _counter()  # a name for the handle: Ray 2.40 loses a temporary one
     ray.get(counter.append.remote("starts", (trial_id, start)))
+    first_run = [t for t, _ in _recorded("starts")].count(trial_id) == 1
     for step in range(start, 3):
-        if step == 1 and not os.path.exists(config["marker"]):
+        if step == 1 and first_run:
             deadline = time.monotonic() + 60
             # Until both trials' loops run (each records its start above).
             while (
