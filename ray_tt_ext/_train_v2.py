@@ -321,7 +321,7 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
 class ControllerBarrier:
     """Ray Train V2's ``SynchronizationActor`` handle, for a ``ray_tt_ext.v2.Tuner``
     trial's worker group: the barrier of that group, kept in the run's
-    controller actor (``_v2_trial.TrialController.barrier_call``) instead of an
+    controller actor (``_v2_controller.TrialController.barrier_call``) instead of an
     actor of its own (a Python process fewer per trial).
 
     Made in the controller actor per worker group; travels to the group's
@@ -380,7 +380,7 @@ class NoDatasetShards:
 
 def _committing_controller() -> Optional[Any]:
     """The run's controller, if it takes reports as they are made (the controller
-    of a ``ray_tt_ext.v2.Tuner`` trial: ``_v2_trial.TrialController``)."""
+    of a ``ray_tt_ext.v2.Tuner`` trial: ``_v2_controller.TrialController``)."""
     try:
         controller = _V2.get_train_context().controller_actor
     except Exception:  # Ray's local mode: no controller

@@ -4,7 +4,8 @@ The Tune x Train V2 seam, driver side (or the Ray Client client). It builds on
 the V1 Tuner's machinery (once-only conversion, the payload guard, the
 checkpoint policy) and adds what Ray 2.51+ dropped: ``Tuner(trainer)`` for a
 Train V2 trainer, with V1's meaning of ``param_space``. The trial side is
-``_v2_trial``; nothing here reaches a Train V2 training worker.
+``_v2_trial`` (its run's controller: ``_v2_controller``); nothing here
+reaches a Train V2 training worker.
 """
 
 from __future__ import annotations
@@ -21,9 +22,6 @@ from ray_tt_ext._tuner import Tuner as _V1Tuner
 
 logger = logging.getLogger("ray_tt_ext")
 
-#: The retention fields Tune's and Train V2's ``CheckpointConfig`` share.
-RETENTION = ("num_to_keep", "checkpoint_score_attribute", "checkpoint_score_order")
-
 
 def _bridge() -> Any:
     """``_v2_trial``, imported when first needed: it builds on Ray Train V2
@@ -32,6 +30,14 @@ def _bridge() -> Any:
     from ray_tt_ext import _v2_trial
 
     return _v2_trial
+
+
+def _arguments() -> Any:
+    """``_v2_arguments`` (a V2 trainer's arguments as ``param_space``), imported
+    when first needed, with Ray Train V2's config classes."""
+    from ray_tt_ext import _v2_arguments
+
+    return _v2_arguments
 
 
 _WARNED_NO_RELEASE: list[bool] = []
@@ -86,7 +92,7 @@ def _tune_run_config(run_config: Any, trainer: Any) -> Any:
         )
     checkpoint_config = run_config.checkpoint_config or _compat.TuneCheckpointConfig()
     train_checkpoints = trainer_run.checkpoint_config
-    retention = RETENTION
+    retention = _arguments().RETENTION
     if train_checkpoints is not None and all(
         getattr(checkpoint_config, f) == getattr(_compat.TuneCheckpointConfig(), f)
         for f in retention
@@ -143,9 +149,10 @@ class Tuner(_V1Tuner):
         trainer's storage and retention."""
         if _tuner_internal is None and _compat.is_train_v2_trainer(trainable):
             _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
-            bridge = _bridge()
-            bridge.check_param_space(type(trainable), param_space)
-            bridge.resource_request(trainable.scaling_config)  # reservable by a trial
+            _bridge()  # Train V2 internals this Ray lacks: an error before anything runs
+            arguments = _arguments()
+            arguments.check_param_space(type(trainable), param_space)
+            arguments.resource_request(trainable.scaling_config)  # reservable by a trial
             run_config = _tune_run_config(_compat.to_train_v1(run_config), trainable)
         super().__init__(
             trainable,

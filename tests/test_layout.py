@@ -29,6 +29,8 @@ LAYERS = {
     "_frameworks": 3,
     "_train_v2": 3,
     "_tune_v2": 3,
+    "_v2_arguments": 3,
+    "_v2_controller": 3,
     "_v2_trial": 3,
     "__init__": 4,
     "v2": 4,
@@ -45,6 +47,8 @@ V1_MODULES = {
     "_executor_host",
     "_executor_hosts",
     "_tune_v2",
+    "_v2_arguments",
+    "_v2_controller",
     "_v2_trial",
 }
 

@@ -1,5 +1,5 @@
 """Ray Train V2's controller, worker group and callback classes that
-``ray_tt_ext.v2.Tuner(trainer)`` builds on (``_v2_trial``).
+``ray_tt_ext.v2.Tuner(trainer)`` builds on (``_v2_trial``, ``_v2_controller``).
 
 Imported on demand, in the Tune trial actor and the run's controller actor
 (never on a training worker): importing it on a Ray whose Train V2 lacks one
@@ -52,7 +52,7 @@ try:
     from ray.train.v2.api.callback import UserCallback
 
     #: The modules whose names the run's barrier replaces in a trial's
-    #: controller actor (``_v2_trial``): ``worker_group`` starts Ray's
+    #: controller actor (``_v2_controller``): ``worker_group`` starts Ray's
     #: ``SynchronizationActor`` per worker group, ``state`` kills it.
     worker_group_module = importlib.import_module(
         "ray.train.v2._internal.execution.worker_group.worker_group"

@@ -1,0 +1,499 @@
+"""The run's controller actor of a ``ray_tt_ext.v2.Tuner(trainer)`` trial.
+
+What runs in that actor's process (one Train V2 run; the actor sits in the
+trial's placement group, with no resources of its own); the trial actor only
+builds the callbacks it gives the controller (:class:`TuneReportBridge`,
+:func:`without_idle_dataset_manager`):
+
+* :class:`TrialController`: Ray's ``TrainController`` whose worker group
+  starts in the trial's placement group, which Tune reserved from the
+  trainer's ``ScalingConfig``; Tune removes it when the trial stops, and the
+  workers with it. A worker's ``report()`` returns once the run recorded the
+  report and Tune took it; the trial takes rank 0's reports from it directly.
+  On Ray 2.60, the worker groups' barrier (Ray's ``SynchronizationActor``) and
+  Ray's ``PreemptionWatcher``, an actor each per worker group in Ray's
+  controller, run in it (Ray 2.55: Ray's barrier actor).
+* :class:`TrialWorkerGroup`: Ray's ``WorkerGroup`` in the trial's bundles.
+* :class:`TuneReportBridge` (a V2 ``UserCallback``): hands rank 0's metrics and
+  the checkpoint to the trial, in order, once the run recorded them.
+
+The trial side (the Tune trial actor) is ``_v2_trial``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import inspect
+import logging
+import os
+import time
+from collections.abc import Callable
+from typing import Any, Optional
+
+import ray
+
+from ray_tt_ext._compat import train_v2_bridge as _V2
+from ray_tt_ext._train_v2 import ControllerBarrier, NoDatasetShards
+
+logger = logging.getLogger("ray_tt_ext")
+
+
+class _TunePlacementGroupHandle(_V2.DefaultPlacementGroupHandle):
+    """The trial's placement group as the worker group's: Tune owns it, so
+    shutting the worker group down leaves it (Tune removes it with the trial)."""
+
+    def shutdown(self) -> None:
+        """Overrides Ray Train V2's ``DefaultPlacementGroupHandle.shutdown``; runs in
+        the controller actor. Tune removes the trial's placement group itself."""
+
+
+class TrialWorkerGroup(_V2.WorkerGroup):
+    """Ray Train V2's ``WorkerGroup`` whose workers take the trial's bundles."""
+
+    #: The trial's placement group (set per controller, see TrialController).
+    trial_placement_group: Any = None
+    #: The Ray Train variables this controller's process already had (see
+    #: TrialController): workers that would inherit the same need no runtime env.
+    inherited_env: dict = {}
+
+    def _create_placement_group(self, scaling_config: Any, worker_group_context: Any):
+        """Overrides Ray Train V2's ``WorkerGroup._create_placement_group``; runs in
+        the controller actor. The trial's placement group when its bundles fit
+        the worker group (one per worker); else Ray's own (a resized group)."""
+        pg = self.trial_placement_group
+        if pg is not None and len(pg.bundle_specs) == worker_group_context.num_workers:
+            return _TunePlacementGroupHandle(pg)
+        return super()._create_placement_group(scaling_config, worker_group_context)
+
+    def _get_worker_runtime_env(self, custom_runtime_env: Any) -> Any:
+        """Extends Ray Train V2's ``WorkerGroup._get_worker_runtime_env``; runs in the
+        controller actor. Ray sets ``env_vars`` on every worker's runtime env (the
+        Ray Train variables to propagate), even when the worker process has them
+        already: a runtime env of its own is a new Python process per worker
+        instead of one of Ray's started workers. Left out when every variable
+        is what this process inherited, and the user gave no ``env_vars``."""
+        runtime_env = _V2.WorkerGroup._get_worker_runtime_env(custom_runtime_env)
+        # Set here for the controller's own event loop; no worker is an async actor.
+        quiet = _V2.blocking_get_warning_var
+        env_vars = {
+            k: v for k, v in (runtime_env.get("env_vars") or {}).items() if k != quiet
+        }
+        inherited = {k: v for k, v in self.inherited_env.items() if k != quiet}
+        if env_vars == inherited and not custom_runtime_env.get("env_vars"):
+            runtime_env = {k: v for k, v in runtime_env.items() if k != "env_vars"}
+        return runtime_env
+
+
+def _tune_deletes(fs: Any, fs_path: str) -> None:
+    """Patches Ray Train V2's ``checkpoint_manager.delete_fs_path`` in the controller
+    actor of a ``ray_tt_ext.v2.Tuner`` trial (a process of that run alone).
+
+    The run's checkpoint manager applies the trial's retention (the same
+    policy, the same algorithm: both are Ray's ``_CheckpointManager``) and drops
+    a checkpoint from its list exactly when Tune's will; Tune, which registers
+    each report after Train did, deletes the folder. So no folder is deleted
+    that either still lists, and none is deleted twice.
+    """
+    logger.debug("Checkpoint %s left for Tune to delete", fs_path)
+
+
+#: The TrialController of this process (a controller actor's process runs one).
+_THIS_PROCESS: dict[str, Any] = {}
+#: The controller actor's concurrency group for its worker groups' barriers:
+#: a thread and event loop of its own, so a barrier never waits behind the
+#: controller's blocking calls (its polls, a group's start or shutdown), nor the
+#: controller behind a barrier, as with Ray's actor of its own.
+BARRIER_GROUP = "ray_tt_ext_barrier"
+
+
+def _this_processes_controller() -> Optional[TrialController]:
+    """The TrialController of the actor running in this process, if any."""
+    controller = _THIS_PROCESS.get("controller")
+    if controller is None:
+        return None
+    if controller._actor_id != ray.get_runtime_context().get_actor_id():
+        return None  # a controller of an earlier actor in this process
+    return controller
+
+
+class _BarrierFactory:
+    """Stands for Ray's ``SynchronizationActor`` class in Ray Train V2's
+    ``worker_group`` module of a trial's controller actor: in a
+    :class:`TrialController`'s actor, ``.options(...).remote(...)`` makes the
+    worker group's barrier in the controller (:meth:`TrialController.new_barrier`);
+    anywhere else, Ray's actor."""
+
+    def __init__(self, ray_class: Any):
+        self._ray_class = ray_class
+
+    def options(self, **options: Any) -> _BarrierStarter:
+        return _BarrierStarter(self._ray_class, options)
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        return _BarrierStarter(self._ray_class, {}).remote(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._ray_class, name)
+
+
+class _BarrierStarter:
+    def __init__(self, ray_class: Any, options: dict):
+        self._ray_class, self._options = ray_class, options
+
+    def remote(self, *args: Any, **kwargs: Any) -> Any:
+        controller = _this_processes_controller()
+        if controller is None:
+            return self._ray_class.options(**self._options).remote(*args, **kwargs)
+        return controller.new_barrier(*args, **kwargs)
+
+
+class _BarrierShutdown:
+    """Stands for Ray Train V2's ``state._shutdown_sync_actor`` (``ray.kill`` of the
+    group's ``SynchronizationActor``) in a trial's controller actor: a
+    :class:`ControllerBarrier` is closed in the controller instead (its waiting
+    workers released, its later calls refused); Ray's actor is killed."""
+
+    def __init__(self, rays: Callable[[Any], None]):
+        self._rays = rays
+
+    def __call__(self, sync_actor: Any) -> None:
+        if not isinstance(sync_actor, ControllerBarrier):
+            return self._rays(sync_actor)
+        controller = _this_processes_controller()
+        if controller is not None:
+            controller.close_barrier_soon(sync_actor.generation)
+
+
+_PreemptionCallbackBase: type = _V2.PreemptionCallback or object
+
+
+class _WatcherInTheController(_PreemptionCallbackBase):
+    """Ray Train V2's ``PreemptionCallback`` whose ``PreemptionWatcher`` runs in the
+    controller actor of a ``ray_tt_ext.v2.Tuner`` trial (its polling thread), not
+    as an actor of its own per worker group: a Python process fewer per trial,
+    the same drain polls and the same ``mark_preempt`` calls on the workers."""
+
+    def after_worker_group_start(self, worker_group: Any) -> None:
+        """Overrides Ray Train V2's ``PreemptionCallback.after_worker_group_start``;
+        runs in the controller actor. Ray's watcher class, as a plain object."""
+        self._stop_watcher()
+        node_to_ranks: dict[str, list[int]] = {}
+        actors_by_rank: dict[int, Any] = {}
+        for worker in worker_group.get_workers():
+            rank = worker.distributed_context.world_rank
+            node_to_ranks.setdefault(worker.metadata.node_id, []).append(rank)
+            actors_by_rank[rank] = worker.actor
+        self._watcher = _V2.PreemptionWatcher(
+            node_to_ranks=node_to_ranks,
+            poll_interval_s=self._poll_interval_s,
+            worker_actors_by_rank=actors_by_rank,
+        )
+
+    def _stop_watcher(self) -> None:
+        """Overrides Ray Train V2's ``PreemptionCallback._stop_watcher`` (``ray.kill``
+        of the watcher actor); runs in the controller actor: stops the
+        watcher's polling thread."""
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher._stop_event.set()
+
+
+class _DatasetsCallback(_V2.DatasetsCallback):
+    """Ray Train V2's ``DatasetsCallback`` (the trainer's ``datasets`` split for the
+    workers) that starts no ``DatasetManager`` actor for a trainer without
+    datasets."""
+
+    def before_init_train_context(self, workers: list) -> dict[str, list]:
+        """Extends Ray Train V2's ``DatasetsCallback.before_init_train_context``;
+        runs in the controller actor. With datasets, Ray's (its
+        ``DatasetManager`` actor splits them); without, a provider that has
+        none (:class:`~ray_tt_ext._train_v2.NoDatasetShards`)."""
+        if self._datasets:
+            return super().before_init_train_context(workers)
+        return {"dataset_shard_provider": [NoDatasetShards()] * len(workers)}
+
+
+def _keep_barriers_in_the_controller() -> None:
+    """Patches Ray Train V2's ``worker_group.SynchronizationActor`` and
+    ``state._shutdown_sync_actor`` in this process (the controller actor of a
+    ``ray_tt_ext.v2.Tuner`` trial), once: a worker group of this process's
+    :class:`TrialController` keeps its barrier in the controller instead of
+    starting Ray's ``SynchronizationActor``, a Python process that imports Ray
+    Train, per group. Anything else in the process keeps Ray's."""
+    if _V2.SynchronizationBarrier is None:  # this Ray lacks a hook: Ray's actor
+        return
+    module = _V2.worker_group_module
+    if not isinstance(module.SynchronizationActor, _BarrierFactory):
+        module.SynchronizationActor = _BarrierFactory(module.SynchronizationActor)
+    state = _V2.worker_group_state_module
+    if not isinstance(state._shutdown_sync_actor, _BarrierShutdown):
+        state._shutdown_sync_actor = _BarrierShutdown(state._shutdown_sync_actor)
+
+
+#: Between polls of a worker group whose training function has ended (seconds).
+_FINISHING_POLL_S = 0.05
+#: How many such quick polls before the controller's usual interval again.
+_FINISHING_POLLS = 60
+
+
+class TrialController(_V2.TrainController):
+    """Ray Train V2's ``TrainController`` for one Tune trial (the controller actor).
+
+    Besides Ray's: the workers' reports reach it when they are made, not at
+    its next poll, and a report returns on a worker only once the run
+    recorded it and Tune took it (:meth:`commit_report`); the trial takes
+    rank 0's reports with :meth:`next_report` (no queue actor between them)
+    and says when Tune took each (:meth:`report_taken`). On Ray 2.60 its worker
+    groups' barriers (Ray's ``SynchronizationActor``, an actor per group) are
+    kept here, in a concurrency group of their own (:meth:`barrier_call`;
+    declared on Ray 2.55 too, where it stays unused), and Ray's
+    ``PreemptionWatcher`` runs here as a thread (:class:`_WatcherInTheController`:
+    its ``ray.nodes()`` call at a group's start runs on the controller's event
+    loop; it is not restarted on its own, it lives and dies with the controller).
+    """
+
+    #: ``ray.remote`` options of the controller actor (see ``_TrialRun.run_controller``).
+    RAY_REMOTE_OPTIONS: dict[str, Any] = {"concurrency_groups": {BARRIER_GROUP: 1000}}
+
+    def __init__(
+        self,
+        *,
+        trial_placement_group: Any,
+        env_vars: Optional[dict] = None,
+        replay_after: Optional[str] = None,
+        **kwargs: Any,
+    ):
+        """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
+        actor. Its worker group starts in ``trial_placement_group``; Tune deletes
+        the checkpoints retention drops (:func:`_tune_deletes`); ``env_vars``,
+        what Ray's ``_initialize_and_run_controller`` would give the actor as a
+        runtime env, are set in this process (the actor then starts on one of
+        Ray's started workers instead of a new process); ``replay_after``: see
+        :meth:`_replay`."""
+        inherited = {k: os.environ[k] for k in env_vars or {} if k in os.environ}
+        os.environ.update(env_vars or {})
+        _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
+        self.worker_group_cls = type(
+            "TrialWorkerGroup",
+            (TrialWorkerGroup,),
+            {
+                "trial_placement_group": trial_placement_group,
+                "inherited_env": {
+                    k: v for k, v in inherited.items() if k in _V2.propagated_env_vars()
+                },
+            },
+        )
+        self._woken = asyncio.Event()
+        self._handed_over = asyncio.Condition()
+        self._taken_index = -1  # the report index of the last report Tune took
+        self._tasks: set = set()  # strong references to the notifying tasks
+        self._pending: collections.deque = collections.deque()
+        self._ended = False
+        self._quick_polls = 0
+        self._barriers: dict[int, Any] = {}  # generation -> its worker group's barrier
+        self._barrier_generation = 0
+        self._actor_id = ray.get_runtime_context().get_actor_id()
+        _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
+        _keep_barriers_in_the_controller()
+        super().__init__(**kwargs)
+        if _V2.PreemptionCallback is not None:  # the watcher in this actor too
+            self._worker_group_callbacks_to_propagate = [
+                _WatcherInTheController()
+                if type(callback) is _V2.PreemptionCallback
+                else callback
+                for callback in self._worker_group_callbacks_to_propagate
+            ]
+        if replay_after is not None:
+            self._replay(replay_after)
+
+    def _replay(self, tune_checkpoint_path: str) -> None:
+        """Hand the trial first the checkpoints the run recorded after Tune's own
+        latest (``""``: Tune has none), in the order the run recorded them.
+
+        Runs in the controller actor, once Ray's checkpoint manager restored the
+        run's snapshot. A report that returned on the workers just before the
+        trial actor, its controller or the driver died reached the snapshot but
+        not Tune: the run resumes from it, and Tune now records it too (its
+        checkpoint, its metrics, its iteration), so that Tune's list and
+        retention match the run's.
+        """
+        manager = self._checkpoint_manager
+        order = manager._checkpoint_to_report_index
+        recorded = sorted(manager._checkpoint_results, key=lambda r: order[r.checkpoint])
+        paths = [r.checkpoint.path.rstrip("/") for r in recorded]
+        tune_path = tune_checkpoint_path.rstrip("/")
+        if tune_path in paths:
+            newer = recorded[paths.index(tune_path) + 1 :]
+        elif tune_path:  # Tune's is one the run dropped since: its latest only
+            newer = recorded[-1:]
+        else:
+            newer = recorded
+        for result in newer:
+            index = order[result.checkpoint] + 1  # the report index it was recorded at
+            self._pending.append((index, dict(result.metrics), result.checkpoint))
+
+    async def _poll_workers(self) -> Any:
+        """Overrides Ray Train V2's ``TrainController._poll_workers``; runs in the
+        controller actor. As Ray's (at most one poll per health-check interval),
+        except that the wait ends when a worker reports (:meth:`commit_report`)
+        or its training function ends (:meth:`training_ended`): then the
+        controller polls at once, and quickly until the group is done."""
+        interval = self._health_check_interval_s
+        if self._quick_polls > 0:
+            self._quick_polls -= 1
+            interval = min(interval, _FINISHING_POLL_S)
+        remaining = interval - (time.monotonic() - self._latest_poll_time)
+        if remaining > 0 and not self._woken.is_set():
+            try:
+                await asyncio.wait_for(self._woken.wait(), remaining)
+            except asyncio.TimeoutError:
+                pass
+            if self.get_state().is_terminal():
+                ray.actor.exit_actor()
+        self._woken.clear()
+        status = self._worker_group.poll_status(timeout=self._health_check_interval_s)
+        self._latest_poll_time = time.monotonic()
+        return status
+
+    def new_barrier(self, *args: Any, **kwargs: Any) -> ControllerBarrier:
+        """A new worker group's barrier, kept in this controller: Ray's
+        ``SynchronizationActor`` class as a plain object, built with the
+        arguments Ray's ``WorkerGroup`` gives the actor. Runs in the controller
+        actor, when Ray's ``WorkerGroup._start_worker_group`` would start it."""
+        self._barrier_generation += 1
+        self._barriers[self._barrier_generation] = _V2.SynchronizationBarrier(
+            *args, **kwargs
+        )
+        handle = ray.get_runtime_context().current_actor
+        return ControllerBarrier(handle, self._barrier_generation)
+
+    @ray.method(concurrency_group=BARRIER_GROUP)
+    async def barrier_call(
+        self, generation: int, method: str, /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """``ControllerBarrier.<method>.remote(...)``: that method of Ray's
+        ``SynchronizationActor`` on the barrier ``generation`` (the workers'
+        ``broadcast_from_rank_zero``; the worker group's ``reset`` and
+        ``set_required_ranks``). Runs in the controller actor, in the barriers'
+        concurrency group. A call of a closed barrier's group raises
+        ``RuntimeError``, as a call of Ray's killed actor raises
+        (``report()`` raises it, where Ray's ``SynchronizationBarrierResetError``
+        would let it go on without the report)."""
+        if method.startswith("_"):
+            raise AttributeError(
+                f"A worker group's barrier has no public method {method!r}."
+            )
+        barrier = self._barriers.get(generation)
+        if barrier is None:
+            raise RuntimeError(
+                f"The barrier of worker group {generation} of this run was closed: "
+                "the group was shut down."
+            )
+        result = getattr(barrier, method)(*args, **kwargs)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    @ray.method(concurrency_group=BARRIER_GROUP)
+    async def close_barrier(self, generation: int) -> None:
+        """Release the workers waiting at the barrier ``generation`` (Ray's
+        ``reset``: they raise ``SynchronizationBarrierResetError``) and refuse its
+        later calls. Runs in the controller actor, in the barriers' group."""
+        barrier = self._barriers.pop(generation, None)
+        if barrier is not None:
+            await barrier.reset()
+
+    def close_barrier_soon(self, generation: int) -> None:
+        """Close the barrier ``generation`` once its concurrency group runs
+        (:meth:`close_barrier`); runs in the controller actor, where Ray's
+        worker group shuts down (it killed Ray's actor there)."""
+        ray.get_runtime_context().current_actor.close_barrier.remote(generation)
+
+    async def commit_report(self, report_index: int) -> None:
+        """A worker's report ``report_index`` is in its result queue: poll now, and
+        return once the run recorded it (Ray's checkpoint manager: its snapshot
+        is in storage) and Tune took it (:meth:`report_taken`). Called by every worker after each
+        ``ray.train.report`` (see ``_train_v2.PolicyTrainFn``), whose ``report()``
+        returns only then; runs in the controller actor."""
+        self._woken.set()
+        worker_group = self._worker_group
+        async with self._handed_over:
+            await self._handed_over.wait_for(
+                lambda: (
+                    self._taken_index >= report_index
+                    or self._worker_group is not worker_group
+                    or self._ended
+                )
+            )
+
+    def training_ended(self) -> None:
+        """A worker's training function returned or raised: poll now, and quickly
+        until the group is done (runs in the controller actor)."""
+        self._quick_polls = _FINISHING_POLLS
+        self._woken.set()
+
+    def hand_over(self, report: tuple) -> None:
+        """Rank 0's consolidated report, after Ray's checkpoint manager recorded it
+        (``TuneReportBridge.after_report``, in the controller actor)."""
+        self._pending.append(report)
+        task = asyncio.get_running_loop().create_task(self._notify())
+        self._tasks.add(task)  # the event loop keeps only a weak reference
+        task.add_done_callback(self._tasks.discard)
+
+    async def _notify(self) -> None:
+        async with self._handed_over:
+            self._handed_over.notify_all()
+
+    async def next_report(self) -> Optional[tuple]:
+        """The next of rank 0's reports, ``(index, metrics, checkpoint)``, once there
+        is one; ``None`` once the run ended and the trial took them all. Called by
+        the trial (``_TrialRun.reports``); runs in the controller actor."""
+        async with self._handed_over:
+            await self._handed_over.wait_for(lambda: self._pending or self._ended)
+            if not self._pending:
+                return None
+            return self._pending.popleft()
+
+    async def report_taken(self, index: int) -> None:
+        """Tune took the report ``index`` (the trial's ``tune.report`` returned,
+        which it does once Tune's driver has the result): the workers waiting
+        for it go on (:meth:`commit_report`). Runs in the controller actor."""
+        async with self._handed_over:
+            self._taken_index = max(self._taken_index, index)
+            self._handed_over.notify_all()
+
+    async def run(self) -> None:
+        """Extends Ray Train V2's ``TrainController.run``; runs in the controller
+        actor. When the run ends, the trial's :meth:`next_report` returns
+        ``None`` after the last report, and no worker waits any more."""
+        try:
+            await super().run()
+        finally:
+            self._ended = True
+            await self._notify()
+
+
+class TuneReportBridge(_V2.UserCallback):
+    """Hands rank 0's metrics and each checkpoint to the trial, in order.
+
+    A Ray Train V2 ``UserCallback``; ``after_report`` runs in the controller
+    actor, after Ray's checkpoint manager recorded the report. The trial
+    takes each with ``TrialController.next_report`` and reports it to Tune;
+    the workers' ``report()`` waits until Tune's driver took it, so Train never
+    runs ahead of Tune (as with Ray's ``TuneReportCallback``).
+    """
+
+    def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
+        controller = _THIS_PROCESS["controller"]
+        index = controller._checkpoint_manager._current_report_index
+        controller.hand_over((index, dict(metrics[0]), checkpoint))
+
+
+def without_idle_dataset_manager(callback: Any) -> Any:
+    """Ray's ``DatasetsCallback`` as :class:`_DatasetsCallback` (the same state, one
+    method extended); any other callback as it is. Runs in the trial actor, on
+    the callbacks Ray's trainer builds for the controller."""
+    if type(callback) is _V2.DatasetsCallback:
+        callback.__class__ = _DatasetsCallback
+    return callback
