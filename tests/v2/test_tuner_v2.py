@@ -476,30 +476,38 @@ def test_a_checkpoint_without_the_score_attribute_is_an_error_and_nothing_is_del
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 @pytest.mark.skipif(not RAY_2_60, reason="Ray's preemption notice is new in Ray 2.60")
-def test_a_drained_node_reaches_the_loop_through_the_watcher_in_the_controller(
-    shutdown_only, storage_path
+def test_a_drained_node_reaches_the_loop_and_the_survivors_barrier_is_relaxed(
+    shutdown_only, storage_path, tmp_path
 ):
-    """Ray Train's preemption notice under a trial: the worker's node is drained
-    (a spot reclaim's notice), the watcher that ray_tt_ext keeps in the run's
-    controller sees it, and the loop's ``ray.train.get_preemption_info()`` names
-    the worker's rank and node; the loop returns and the trial finishes."""
+    """Ray Train's preemption notice under a trial, two workers on two nodes:
+    rank 1's node is drained (a spot reclaim's notice), the watcher that
+    ray_tt_ext keeps in the run's controller sees it, and the loops'
+    ``ray.train.get_preemption_info()`` names rank 1 and its node. Rank 1 then
+    joins no collective: rank 0's notice and just-in-time checkpoint go through
+    only because the controller relaxed the barrier to rank 0
+    (``relax_collectives_on_preemption``: Ray's controller calls the barrier's
+    ``set_required_ranks`` and waits for it, on a barrier ray_tt_ext keeps in
+    that same controller actor). The trial finishes with that checkpoint."""
     from ray.cluster_utils import Cluster
-    from v2_tune_loops import drain_own_node_loop
+    from v2_tune_loops import drain_rank_one_loop
 
     cluster = Cluster(
         initialize_head=True,
-        head_node_args={"num_cpus": 1, "include_dashboard": False},
+        head_node_args={"num_cpus": 0, "include_dashboard": False},
     )
     try:
         ray.init(address=cluster.address)
-        cluster.add_node(num_cpus=1, resources={"spot": 1})
+        for _ in range(2):  # a node per worker (1 CPU each, none on the head)
+            cluster.add_node(num_cpus=1)
         cluster.wait_for_nodes()
         watchers = actors_started("PreemptionWatcher")
+        barriers = actors_started("SynchronizationActor")
         trainer = v2.DataParallelTrainer(
-            drain_own_node_loop,
-            train_loop_config={"wait_s": 60},
-            scaling_config=ray.train.ScalingConfig(
-                num_workers=1, resources_per_worker={"CPU": 1, "spot": 1}
+            drain_rank_one_loop,
+            train_loop_config={"wait_s": 60, "dir": str(tmp_path)},
+            scaling_config=ray.train.ScalingConfig(num_workers=2),
+            run_config=ray.train.RunConfig(
+                failure_config=ray.train.FailureConfig(relax_collectives_on_preemption=True)
             ),
         )
         (result,) = v2.Tuner(
@@ -507,9 +515,14 @@ def test_a_drained_node_reaches_the_loop_through_the_watcher_in_the_controller(
             run_config=ray.tune.RunConfig(name="drained", storage_path=storage_path),
         ).fit()
         assert result.error is None, result.error
-        assert result.metrics["preempted_ranks"] == [0]
-        assert result.metrics["preempted_own_node"] is True
-        assert actors_started("PreemptionWatcher") == watchers  # in the controller
+        assert result.metrics["step"] == 1
+        assert result.metrics["preempted_ranks"] == [1]
+        assert result.metrics["preempted_node_is_rank_1s"] is True
+        with result.checkpoint.as_directory() as d:
+            assert json.load(open(os.path.join(d, "state.json"))) == {"step": 1}
+        # Both kept in the controller: no actor of either started.
+        assert actors_started("PreemptionWatcher") == watchers
+        assert actors_started("SynchronizationActor") == barriers
     finally:
         ray.shutdown()
         cluster.shutdown()

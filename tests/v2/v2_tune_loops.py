@@ -159,15 +159,12 @@ def dying_loop(config: dict) -> None:
             threading.Event().wait()  # until this worker is stopped with its run
 
 
-def drain_own_node_loop(config: dict) -> None:
-    """Report, then drain this worker's node (as a cloud provider's preemption
-    notice does: Ray's GCS marks it draining with a deadline) and wait for
-    ``ray.train.get_preemption_info()``; report what it says, and return (as
-    Ray recommends once the just-in-time checkpoint is saved)."""
+def _drain_this_node() -> None:
+    """Drain this worker's node as a cloud provider's preemption notice does (Ray's
+    GCS marks it draining, with a deadline well after the test)."""
     from ray._raylet import GcsClient
     from ray.core.generated.autoscaler_pb2 import DrainNodeReason
 
-    ray.train.report({"step": 0})
     node_id = ray.get_runtime_context().get_node_id()
     accepted, why = GcsClient(address=ray.get_runtime_context().gcs_address).drain_node(
         node_id,
@@ -176,19 +173,46 @@ def drain_own_node_loop(config: dict) -> None:
         int(time.time() * 1000) + 300_000,
     )
     assert accepted, why
+
+
+def drain_rank_one_loop(config: dict) -> None:
+    """Two ranks on two nodes report; rank 1 writes its node id to
+    ``config["dir"]``, drains its own node and is then as good as reclaimed: it
+    joins no collective any more, and returns once rank 0's last report returned
+    (or after ``wait_s``). Rank 0 asks ``ray.train.get_preemption_info()`` until
+    the watcher's word arrives and reports a just-in-time checkpoint with what
+    the notice said. Both collectives of rank 0 (the notice, the report's
+    checkpoint name) release without rank 1 only once the run's controller
+    relaxed the barrier to rank 0 (``relax_collectives_on_preemption``)."""
+    rank = ray.train.get_context().get_world_rank()
+    node_file, done_file = (os.path.join(config["dir"], n) for n in ("node", "done"))
+    ray.train.report({"step": 0})
     deadline = time.monotonic() + config["wait_s"]
+    if rank == 1:
+        with open(node_file + ".tmp", "w") as f:  # before the notice exists
+            f.write(ray.get_runtime_context().get_node_id())
+        os.replace(node_file + ".tmp", node_file)
+        _drain_this_node()
+        while not os.path.exists(done_file) and time.monotonic() < deadline:
+            time.sleep(0.2)  # reclaimed: no step, no collective
+        return
     info = None
     while info is None and time.monotonic() < deadline:
         info = ray.train.get_preemption_info()  # the watcher's word, per step
         if info is None:
             time.sleep(0.2)  # a training step
+    with open(node_file) as f:
+        drained = f.read()
     ray.train.report(
         {
             "step": 1,
             "preempted_ranks": info.preempted_ranks if info else None,
-            "preempted_own_node": bool(info) and node_id in info.preempted_node_ids,
-        }
+            "preempted_node_is_rank_1s": bool(info)
+            and list(info.preempted_node_ids) == [drained],
+        },
+        checkpoint=_state_checkpoint({"step": 1}),
     )
+    open(done_file, "w").close()
 
 
 def dataset_loop(config: dict) -> None:
