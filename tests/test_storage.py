@@ -155,6 +155,30 @@ def test_unsafe_names_are_rejected(name):
         validate_dir_name(name)
 
 
+@pytest.mark.quick
+def test_callable_policies_get_a_copy_of_the_metrics_and_the_same_checks():
+    """docs/guide.md, "Checkpoint indexing and naming": ``checkpoint_index`` and
+    ``checkpoint_dir_name`` may be callables; what they return is checked as a
+    metric's value or a template's rendering is."""
+    metrics = {"step": 4, "loss": 0.25}
+    seen = []
+
+    def index(current, m):
+        seen.append(m)
+        m["step"] = "mutated"  # the caller's metrics are not the callable's
+        return current + 10
+
+    assert next_index(index, 2, metrics) == 12
+    assert metrics["step"] == 4 and seen[0] is not metrics
+    assert render_dir_name(lambda i, m: f"c{i}-{m['loss']}", 3, metrics) == "c3-0.25"
+    with pytest.raises(ValueError, match="strictly increase.*checkpoint_index callable"):
+        next_index(lambda current, m: current, 5, metrics)
+    with pytest.raises(ValueError, match="must be an integer.*checkpoint_index callable"):
+        next_index(lambda current, m: "7", 5, metrics)
+    with pytest.raises(ValueError, match="single path component"):
+        render_dir_name(lambda i, m: "../outside", 1, metrics)
+
+
 # -- reconciliation with the disk (real StorageContext, shipped as Tune ships it) ----
 
 

@@ -99,8 +99,11 @@ def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
 @pytest.mark.quick
 def test_a_param_space_key_that_is_not_a_trainer_argument_is_an_error(storage_path):
     trainer = trainer_for(storage_path, {"steps": 1})
-    with pytest.raises(ValueError, match="param_space key 'lr' is not an argument of"):
+    with pytest.raises(ValueError, match="param_space key 'lr' is not an argument of") as e:
         v2.Tuner(trainer, param_space={"lr": ray.tune.grid_search([0.1, 0.2])})
+    # It lists the trainer's arguments and says where a hyperparameter goes.
+    assert "Its arguments: ['train_loop_per_worker', 'train_loop_config'" in str(e.value)
+    assert "param_space={'train_loop_config': {'lr': tune.grid_search" in str(e.value)
     with pytest.raises(ValueError, match=r"param_space\['scaling_config'\] must be a dict"):
         v2.Tuner(trainer, param_space={"scaling_config": ray.train.ScalingConfig()})
     assert not os.listdir(storage_path)  # nothing was written

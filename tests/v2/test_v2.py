@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 
 import numpy as np
@@ -336,6 +337,83 @@ def test_the_v1_tuner_refuses_a_v2_trainer_with_the_fix():
         proc.stdout
     )
     assert "Fix: ray_tt_ext.v2.Tuner(trainer" in proc.stdout
+
+
+@pytest.mark.quick
+def test_the_v2_tuner_refuses_a_v1_trainer_with_the_fix():
+    """docs/guide.md, "Train V2": a Train V1 trainer given to ``v2.Tuner`` is a
+    ``TypeError`` naming the fix (Ray refuses to build one with Train V2 on, so
+    the instance is made without its constructor, as an unpickled one would be)."""
+    from ray.train.data_parallel_trainer import DataParallelTrainer as V1Trainer
+
+    with pytest.raises(TypeError) as info:
+        v2.Tuner(object.__new__(V1Trainer))
+    assert "`DataParallelTrainer` is a Ray Train V1 trainer" in str(info.value)
+    assert "Fix: use ray_tt_ext.v2.DataParallelTrainer" in str(info.value)
+
+
+@pytest.mark.quick
+def test_tunes_own_retention_wins_over_the_trainers(tmp_path):
+    """docs/guide.md, "Tuner(trainer) on Train V2": Tune's retention is the
+    trainer's unless Tune's ``CheckpointConfig`` sets its own."""
+    from ray_tt_ext._tune_v2 import _tune_run_config
+
+    trainer = v2.DataParallelTrainer(
+        lambda: None,
+        run_config=ray.train.RunConfig(
+            name="retention",
+            storage_path=str(tmp_path),
+            checkpoint_config=v2.CheckpointConfig(
+                num_to_keep=2, checkpoint_score_attribute="loss"
+            ),
+        ),
+    )
+    inherited = _tune_run_config(None, trainer)
+    assert (inherited.name, inherited.storage_path) == ("retention", str(tmp_path))
+    assert inherited.checkpoint_config.num_to_keep == 2
+    assert inherited.checkpoint_config.checkpoint_score_attribute == "loss"
+    tunes = ray.tune.RunConfig(checkpoint_config=ray.tune.CheckpointConfig(num_to_keep=5))
+    own = _tune_run_config(tunes, trainer)
+    assert own.checkpoint_config.num_to_keep == 5
+    assert own.checkpoint_config.checkpoint_score_attribute is None
+
+
+@pytest.mark.quick
+def test_run_folder_rules_without_a_run():
+    """docs/guide.md, "Train V2": without ``v2.CheckpointConfig`` and without an
+    explicit name Ray's own name stays (and nothing is listed); the run folder is
+    listed once per worker process; a NO_UPLOAD checkpoint's name counts as used
+    and a sequential index moves past it. Rank 0's naming state, on a real local
+    folder, with no run."""
+    import pyarrow.fs
+
+    from ray_tt_ext._train_v2 import _RunFolder
+    from rtt_testing import CountingFileSystem
+
+    root = tempfile.mkdtemp(prefix="rtt_runfolder_")
+    counting = CountingFileSystem(pyarrow.fs.LocalFileSystem())
+    fs = pyarrow.fs.PyFileSystem(counting)
+    os.makedirs(os.path.join(root, "checkpoint_000000"))
+    nothing_recorded = set
+
+    rays = _RunFolder(fs, root, None, nothing_recorded)
+    assert rays.name({"step": 0}, None) is None
+    assert counting.counts["list"] == 0
+
+    policy = v2.CheckpointConfig(checkpoint_dir_name="checkpoint_{index:06d}")
+    first = _RunFolder(fs, root, policy, nothing_recorded)
+    first.note_in_place(os.path.join(root, "mine"))
+    with pytest.raises(ValueError, match="'mine' was already used by this run"):
+        first.name({}, "mine")
+    # checkpoint_000000 was never recorded: moved aside when its index comes again.
+    assert first.name({}, None) == "checkpoint_000000"
+    assert os.path.isdir(os.path.join(root, "checkpoint_000000.unrecorded"))
+    in_place = os.path.join(root, "checkpoint_000004")
+    first.note_in_place(in_place)
+    assert first.name({}, None) == "checkpoint_000005"  # past the one in place
+    second = _RunFolder(fs, root, policy, nothing_recorded)
+    second.existing()
+    assert counting.counts["list"] == 1  # one listing for the process
 
 
 def test_names_on_s3_move_a_folder_nobody_recorded_aside(s3_server):
