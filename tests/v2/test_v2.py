@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import tempfile
 import textwrap
 
 import numpy as np
@@ -379,7 +378,7 @@ def test_tunes_own_retention_wins_over_the_trainers(tmp_path):
 
 
 @pytest.mark.quick
-def test_run_folder_rules_without_a_run():
+def test_run_folder_rules_without_a_run(tmp_path):
     """docs/guide.md, "Train V2": without ``v2.CheckpointConfig`` and without an
     explicit name Ray's own name stays (and nothing is listed); the run folder is
     listed once per worker process; a NO_UPLOAD checkpoint's name counts as used
@@ -390,7 +389,7 @@ def test_run_folder_rules_without_a_run():
     from ray_tt_ext._train_v2 import _RunFolder
     from rtt_testing import CountingFileSystem
 
-    root = tempfile.mkdtemp(prefix="rtt_runfolder_")
+    root = str(tmp_path / "run")
     counting = CountingFileSystem(pyarrow.fs.LocalFileSystem())
     fs = pyarrow.fs.PyFileSystem(counting)
     os.makedirs(os.path.join(root, "checkpoint_000000"))
