@@ -86,7 +86,9 @@ def check_param_space(trainer_cls: type, param_space: Optional[dict[str, Any]]) 
         if field not in fields:
             raise ValueError(
                 f"param_space['scaling_config'] key {field!r} is not a field of "
-                f"ray.train.ScalingConfig. Its fields: {sorted(fields)}."
+                f"ray.train.ScalingConfig. Its fields: {sorted(fields)}. Fix: tune "
+                "one of those fields, e.g. {'scaling_config': {'num_workers': "
+                "tune.grid_search([1, 2])}}."
             )
 
 

@@ -43,6 +43,7 @@ def run(ctx: Context) -> dict:
     import ray.tune
 
     head = None if ctx.address else HeadNode(num_cpus=4)
+    failed = True  # until the Tuner's results say otherwise
     address = ctx.address or head.client_address
     try:
         ctx.progress(f"connecting to {address}")
@@ -65,7 +66,10 @@ def run(ctx: Context) -> dict:
             run_config=_compat.TuneRunConfig(storage_path=ctx.storage_path, name="client"),
         ).fit()
         client.disconnect()
+        failed = bool(results.errors)
     finally:
+        if failed and head is not None:  # a crashed process's log goes with the temp dir
+            print(head.crash_report() or "no Ray process log shows a crash", flush=True)
         if head is not None:
             head.stop()
     assert not results.errors, results.errors

@@ -136,6 +136,30 @@ class HeadNode:
                 "ray start --head did not open its client port in time"
             ) from None
 
+    #: What a crashed Ray process leaves in its log (Python's fault handler,
+    #: Ray's C++ checks, a signal, an exception).
+    CRASH_SIGNS = ("Fatal Python error", "Segmentation fault", "SIGSEGV", "SIGABRT",
+                   "Check failed", "terminate called", "core dumped",
+                   "Traceback (most recent call last)")  # fmt: skip
+
+    def crash_report(self, lines: int = 30) -> str:
+        """The tails of this cluster's process logs that show a crash (``""``:
+        none do): what a scenario prints when it fails, before :meth:`stop`
+        removes the logs with the temp dir."""
+        logs = Path(self.temp_dir, "session_latest", "logs")
+        found = []
+        for path in sorted(logs.glob("*")) if logs.is_dir() else []:
+            if not path.is_file():
+                continue
+            try:
+                text = path.read_text(errors="replace")
+            except OSError:
+                continue
+            if any(sign in text for sign in self.CRASH_SIGNS):
+                tail = "\n".join(text.splitlines()[-lines:])
+                found.append(f"--- {path.name} (last {lines} lines)\n{tail}")
+        return "\n".join(found)
+
     def stop(self) -> None:
         """SIGTERM to `ray start --block` (it drains the node and stops its
         children), then SIGKILL whatever is left in its own process group."""

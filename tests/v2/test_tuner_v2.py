@@ -409,14 +409,26 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
     assert _settled_free_cpus() == 4
 
 
+def _refused_with_the_fix(match: str, make) -> None:
+    """``make()`` raises a ``ValueError`` matching ``match`` that names the fix."""
+    with pytest.raises(ValueError, match=match) as info:
+        make()
+    assert "Fix: " in str(info.value), str(info.value)
+
+
 @pytest.mark.quick
 def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
+    """Each error says what is wrong and the fix; nothing is written."""
     trainer = trainer_for(storage_path, {"steps": 1})
-    with pytest.raises(ValueError, match="'workers' is not a field of ray.train.Scal"):
-        v2.Tuner(trainer, param_space={"scaling_config": {"workers": 2}})
+    _refused_with_the_fix(
+        "'workers' is not a field of ray.train.Scal",
+        lambda: v2.Tuner(trainer, param_space={"scaling_config": {"workers": 2}}),
+    )
     whole = ray.tune.grid_search([{"num_workers": 1}, {"num_workers": 2}])
-    with pytest.raises(ValueError, match="a grid_search over whole configs"):
-        v2.Tuner(trainer, param_space={"scaling_config": whole})
+    _refused_with_the_fix(
+        "a grid_search over whole configs",
+        lambda: v2.Tuner(trainer, param_space={"scaling_config": whole}),
+    )
     run_config = ray.train.RunConfig(storage_path=storage_path)
 
     def trainer_with(scaling_config, **kwargs):
@@ -424,32 +436,35 @@ def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
             steps_loop, scaling_config=scaling_config, run_config=run_config, **kwargs
         )
 
-    with pytest.raises(ValueError, match=r"num_workers=0\) cannot be reserved"):
-        v2.Tuner(trainer_with(ray.train.ScalingConfig(num_workers=0)))
+    none = trainer_with(ray.train.ScalingConfig(num_workers=0))
+    _refused_with_the_fix(r"num_workers=0\) cannot be reserved", lambda: v2.Tuner(none))
     elastic = trainer_with(ray.train.ScalingConfig(num_workers=(1, 2)))
-    with pytest.raises(ValueError, match=r"num_workers=\(1, 2\)\) cannot be reserved"):
-        v2.Tuner(elastic)
+    _refused_with_the_fix(
+        r"num_workers=\(1, 2\)\) cannot be reserved", lambda: v2.Tuner(elastic)
+    )
     for unsupported in (
         ray.train.ScalingConfig(num_workers=1, label_selector={"zone": "a"}),
         ray.train.ScalingConfig(
             num_workers=1, use_tpu=True, topology="2x2", accelerator_type="TPU-V4"
         ),
     ):
-        with pytest.raises(ValueError, match="without TPU slices or label selectors"):
-            v2.Tuner(trainer_with(unsupported))
+        _refused_with_the_fix(
+            "without TPU slices or label selectors",
+            lambda: v2.Tuner(trainer_with(unsupported)),  # noqa: B023
+        )
     validated = trainer_with(
         ray.train.ScalingConfig(num_workers=1),
         validation_config=ray.train.ValidationConfig(fn=lambda checkpoint, config: {}),
     )
-    with pytest.raises(ValueError, match=r"validation_config=...\) is not supported"):
-        v2.Tuner(validated)
+    _refused_with_the_fix(
+        r"validation_config=...\) is not supported", lambda: v2.Tuner(validated)
+    )
     ranked = trainer_for(
         storage_path,
         {"steps": 1},
         checkpoint_config=v2.CheckpointConfig(checkpoint_score_attribute="eval/loss"),
     )
-    with pytest.raises(ValueError, match="must be a top-level metric"):
-        v2.Tuner(ranked)
+    _refused_with_the_fix("must be a top-level metric", lambda: v2.Tuner(ranked))
     assert not os.listdir(storage_path)  # nothing was written
 
 
