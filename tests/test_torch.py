@@ -194,6 +194,39 @@ def test_torch_trainer_is_rays_with_the_guarantees_and_its_signature():
         ray_tt_ext.TorchTrainer(ddp_loop, remote_executor="yes")
 
 
+@pytest.mark.quick
+@pytest.mark.parametrize(
+    "name, module, package",
+    [
+        ("TorchTrainer", "ray.train.torch", "torch"),
+        ("XGBoostTrainer", "ray.train.xgboost", "xgboost"),
+        ("LightGBMTrainer", "ray.train.lightgbm", "lightgbm"),
+    ],
+)
+def test_framework_trainers_take_rays_constructor_arguments_plus_remote_executor(
+    name, module, package
+):
+    """The guide: their constructors are Ray's (same parameters, same defaults),
+    plus ``remote_executor: bool = False``, keyword-only (Ray's
+    ``BaseTrainer.__new__`` records arguments by this signature)."""
+    import importlib
+    import inspect
+
+    pytest.importorskip(package)
+    rays = getattr(importlib.import_module(module), name)
+    ours = getattr(ray_tt_ext, name)
+    theirs = inspect.signature(rays.__init__).parameters
+    params = dict(inspect.signature(ours.__init__).parameters)
+    flag = params.pop("remote_executor")
+    assert (flag.kind, flag.default) == (inspect.Parameter.KEYWORD_ONLY, False)
+
+    def described(parameters):
+        return [(p.name, p.kind, p.default) for p in parameters.values()]
+
+    assert described(params) == described(theirs)
+    assert issubclass(ours, rays) and issubclass(ours, ray_tt_ext.BaseTrainer)
+
+
 def test_import_ray_tt_ext_never_imports_torch_and_a_missing_framework_says_what_to_install():
     import subprocess
     import sys

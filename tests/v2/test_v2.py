@@ -339,6 +339,24 @@ def test_the_v1_tuner_refuses_a_v2_trainer_with_the_fix():
 
 
 @pytest.mark.quick
+def test_v2_trainers_are_rays_classes_with_rays_constructor():
+    """docs/guide.md, "Train V2": ``v2.DataParallelTrainer`` and
+    ``v2.TorchTrainer`` are subclasses of Ray's V2 classes with Ray's
+    constructor (same parameters, same defaults)."""
+    import inspect
+
+    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    from ray.train.v2.torch.torch_trainer import TorchTrainer
+
+    for ours, rays in [
+        (v2.DataParallelTrainer, DataParallelTrainer),
+        (v2.TorchTrainer, TorchTrainer),
+    ]:
+        assert issubclass(ours, rays)
+        assert inspect.signature(ours.__init__) == inspect.signature(rays.__init__)
+
+
+@pytest.mark.quick
 def test_the_v2_tuner_refuses_a_v1_trainer_with_the_fix():
     """docs/guide.md, "Train V2": a Train V1 trainer given to ``v2.Tuner`` is a
     ``TypeError`` naming the fix (Ray refuses to build one with Train V2 on, so
