@@ -119,3 +119,34 @@ def test_the_v2_trainers_and_the_shared_pieces_reach_no_train_v1_module():
 def test_the_shared_pieces_know_no_trainer():
     for module in ("_payload", "_naming", "_params"):
         assert imports(module) <= {"_compat", "_env"}, (module, imports(module))
+
+
+def _without_merged_names(text: str) -> str:
+    """``text`` without the first cells of docs/testing.md's table of merged
+    tests (they name the old tests on purpose)."""
+    lines, in_merged = [], False
+    for line in text.splitlines():
+        if line.startswith("## "):
+            in_merged = line.startswith("## Tests merged")
+        if in_merged and line.startswith("| "):
+            line = "|" + line.split("|", 2)[2]
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def test_every_test_the_docs_cite_exists():
+    """docs/ and the README say where each rule is tested: a renamed or removed
+    test fails here instead of leaving a citation to nothing."""
+    import re
+
+    defined = set()
+    for path in (ROOT / "tests").rglob("test_*.py"):
+        defined |= set(re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.M))
+    cited = {}
+    for doc in [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]:
+        text = _without_merged_names(doc.read_text())
+        # A name ending in "_" is a pattern (``test_cli_*``), not a test.
+        for name in re.findall(r"\b(test_[a-z0-9_]*[a-z0-9])\b(?!\.py|_)", text):
+            cited.setdefault(name, doc.relative_to(ROOT).as_posix())
+    missing = {n: doc for n, doc in cited.items() if n not in defined}
+    assert not missing, f"cited but not defined in tests/: {missing}"

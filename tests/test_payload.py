@@ -191,6 +191,12 @@ def test_paths_for_globals_keys_attributes_and_class_attributes():
     report = inspect_payload(local_cls)
     assert report.contributors[0].path == "Local.table"
 
+    # A class defined by value pickles its bases by value too: the path goes
+    # through them (docs/guide.md, "The payload inspector and guard").
+    child_cls = type("Child", (local_cls,), {"small": 1})
+    report = inspect_payload(child_cls)
+    assert report.contributors[0].path == "Child.<bases>[0].table"
+
 
 def test_contributors_are_largest_first_and_account_for_the_total():
     obj = {"big": np.ones(500_000), "medium": np.ones(100_000), "small": b"s" * 20_000}

@@ -200,6 +200,43 @@ def test_persisted_index_reconciles_with_folders_on_disk(tmp_path):
     assert metrics == {"checkpoint_dir_name": "checkpoint_000251", "checkpoint_index": 251}
 
 
+class EveryTenthStorageContext(StorageContext):
+    """A policy of one's own (docs/guide.md, "Your own policy"): the two hooks."""
+
+    def _next_checkpoint_index(self, metrics):
+        return self.current_checkpoint_index + 10
+
+    def _render_checkpoint_dir_name(self, index, metrics):
+        return f"ckpt-{index}-{metrics.get('tag', 'none')}"
+
+
+@pytest.mark.quick
+def test_a_storage_context_subclass_overrides_the_index_and_the_name(tmp_path):
+    storage = EveryTenthStorageContext(
+        storage_path=str(tmp_path),
+        experiment_dir_name="exp",
+        trial_dir_name="trial",
+        current_checkpoint_index=0,
+    )
+    (tmp_path / "exp" / "trial" / "ckpt-20-b").mkdir(parents=True)  # not the trial's
+    shipped = pickle.loads(pickle.dumps(storage))  # Tune -> trial actor
+    metrics = {"tag": "a"}
+    shipped._update_checkpoint_index(metrics)
+    assert shipped.current_checkpoint_index == 10
+    assert shipped.checkpoint_dir_name == "ckpt-10-a"
+    assert metrics == {
+        "tag": "a",
+        "checkpoint_dir_name": "ckpt-10-a",
+        "checkpoint_index": 10,
+    }
+    # The hooks' results get the same checks as the built-in policies: a folder
+    # the trial never recorded is never written into, and nothing moves.
+    with pytest.raises(ValueError, match="ckpt-20-b.*Refusing to overwrite"):
+        shipped._update_checkpoint_index({"tag": "b"})
+    assert shipped.current_checkpoint_index == 10
+    assert (tmp_path / "exp" / "trial" / "ckpt-20-b").is_dir()
+
+
 @pytest.mark.quick
 def test_existing_folder_is_never_reused_by_a_custom_name(tmp_path):
     storage = StorageContext(

@@ -432,6 +432,19 @@ def test_run_folder_rules_without_a_run(tmp_path):
     second.existing()
     assert counting.counts["list"] == 1  # one listing for the process
 
+    # A run folder that cannot be listed is an error naming it, and nothing is
+    # named (docs/guide.md, "Errors").
+    failing = CountingFileSystem(pyarrow.fs.LocalFileSystem(), fail_listing=True)
+    unlistable = _RunFolder(
+        pyarrow.fs.PyFileSystem(failing),
+        str(tmp_path / "unlistable"),
+        policy,
+        nothing_recorded,
+    )
+    with pytest.raises(OSError, match="Could not list the run folder .*unlistable"):
+        unlistable.name({}, None)
+    assert failing.counts["list"] == 1
+
 
 def test_names_on_s3_move_a_folder_nobody_recorded_aside(s3_server):
     import pyarrow.fs
