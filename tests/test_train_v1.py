@@ -107,6 +107,18 @@ def test_function_and_class_trainables_work_with_v2_on_and_a_v1_trainer_is_refus
             print("MESSAGE", e)
         else:
             print("NO ERROR")
+        # A Tuner (and Tuner.restore) given a V1 trainer: refused before anything
+        # else (the instance made without Ray's constructor, which refuses it).
+        from ray.train.data_parallel_trainer import DataParallelTrainer as V1Trainer
+        v1 = object.__new__(V1Trainer)
+        for call in (lambda: ray_tt_ext.Tuner(v1),
+                     lambda: ray_tt_ext.Tuner.restore("/nonexistent/exp", trainable=v1)):
+            try:
+                call()
+            except ray_tt_ext.TrainV2EnabledError as e:
+                print("TUNER REFUSED", "RAY_TRAIN_V2_ENABLED=0" in str(e))
+            else:
+                print("TUNER NOT REFUSED")
         from ray import train, tune  # the everyday header, V2 on
         import numpy as np
         import ray
@@ -150,6 +162,7 @@ def test_function_and_class_trainables_work_with_v2_on_and_a_v1_trainer_is_refus
     refusal = next(line for line in proc.stdout.splitlines() if line.startswith("MESSAGE"))
     assert "RAY_TRAIN_V2_ENABLED=0" in refusal  # the fix, by name
     assert "found `ray.train.RunConfig`" not in proc.stdout + proc.stderr
+    assert proc.stdout.count("TUNER REFUSED True") == 2, proc.stdout
     assert "FN None ['c-0', 'c-1']" in proc.stdout, proc.stdout
     assert "CLS None ['k-0', 'k-1']" in proc.stdout, proc.stdout
     assert "GUARD big.<globals>.weights" in proc.stdout, proc.stdout
