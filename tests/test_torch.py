@@ -233,16 +233,19 @@ def test_import_ray_tt_ext_never_imports_torch_and_a_missing_framework_says_what
 
     script = (
         "import sys, ray_tt_ext\n"
-        "assert 'torch' not in sys.modules and 'xgboost' not in sys.modules\n"
-        "sys.modules['lightgbm'] = None  # as if not installed\n"
-        "try:\n"
-        "    ray_tt_ext.LightGBMTrainer\n"
-        "except ImportError as e:\n"
-        "    print('ERROR', e)\n"
+        "assert not {'torch', 'xgboost', 'lightgbm'} & set(sys.modules)\n"
+        "for name in ('TorchTrainer', 'XGBoostTrainer', 'LightGBMTrainer'):\n"
+        "    sys.modules[name[:-7].lower()] = None  # as if not installed\n"
+        "    try:\n"
+        "        getattr(ray_tt_ext, name)\n"
+        "    except ImportError as e:\n"
+        "        print('ERROR', e)\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr[-2000:]
-    assert "ray_tt_ext.LightGBMTrainer needs lightgbm" in out.stdout
-    assert "pip install 'ray-tt-ext[lightgbm]'" in out.stdout
+    for package in ("torch", "xgboost", "lightgbm"):
+        name = {"torch": "Torch", "xgboost": "XGBoost", "lightgbm": "LightGBM"}[package]
+        assert f"ray_tt_ext.{name}Trainer needs {package}" in out.stdout, out.stdout
+        assert f"pip install 'ray-tt-ext[{package}]'" in out.stdout
