@@ -373,6 +373,19 @@ def test_a_large_value_is_one_over_the_threshold_when_pickled():
     assert loggable["above"] == LargeConfigValue("numpy.ndarray", pickled_size(above))
     assert config["above"] is above  # the trainer's own config is left alone
 
+    # A large array is measured without being copied (a counting pickler).
+    import tracemalloc
+
+    huge = np.ones(32 * 1024 * 1024)  # 256 MiB
+    tracemalloc.start()
+    try:
+        placeholder = _loggable_config({"weights": huge})["weights"]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert placeholder == LargeConfigValue("numpy.ndarray", pickled_size(huge))
+    assert peak < 8 * 1024 * 1024, peak  # constant extra memory, not a copy
+
 
 def test_a_large_value_in_param_space_is_warned_of_by_name(ray_start_4_cpus, storage_path):
     import warnings
