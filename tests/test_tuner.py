@@ -202,6 +202,14 @@ def test_large_config_goes_to_object_store_once_per_tuner(
     ]
     assert len(carrying_weights) == 1
     assert conversions(spy_key) == 1
+    # Tune's JSON files hold only param_space, never the trainer's
+    # train_loop_config (docs/guide.md, "Large values in train_loop_config").
+    written = _json_files(os.path.join(storage_path, "puts"))
+    assert sum(name.endswith("params.json") for name in written) == 3, written
+    assert max(written.values()) < 1024 * 1024, written
+    for result in results:  # what Tune logged: param_space alone
+        assert set(result.config) == {"train_loop_config"}
+        assert set(result.config["train_loop_config"]) == {"lr"}
 
 
 @pytest.mark.large

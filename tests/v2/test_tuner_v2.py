@@ -246,7 +246,18 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
     )
     registered = v2.inspect_payload(tuner._local_tuner.converted_trainable)
     assert registered.total_bytes < 16 * 1024, registered.format()
-    assert len(tuner.fit()) == 2 and not tuner.get_results().errors
+    results = tuner.fit()
+    assert len(results) == 2 and not results.errors
+    # Tune's JSON files hold only param_space, never the trainer's 64 MB
+    # train_loop_config (docs/guide.md, "Large values in train_loop_config").
+    from pathlib import Path
+
+    written = {p: p.stat().st_size for p in Path(storage_path, "once").rglob("*.json")}
+    assert sum(p.name == "params.json" for p in written) == 2, written
+    assert max(written.values()) < 1024 * 1024, written
+    for result in results:
+        assert set(result.config) == {"train_loop_config"}
+        assert set(result.config["train_loop_config"]) == {"lr"}
     tuner.fit()  # fit again: no new conversion
     assert len(conversions) == 1
     assert object_store_used_mib(settle_s=0) >= before + 60  # put once, not per trial
