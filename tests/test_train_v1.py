@@ -1,4 +1,5 @@
-"""Train V1 enablement, import order and explicit V2, each in a fresh interpreter."""
+"""Train V1 enablement, import order and explicit V2, each in a fresh interpreter
+(the last two tests: unit tests in this session's own process, Train V1 on)."""
 
 from __future__ import annotations
 
