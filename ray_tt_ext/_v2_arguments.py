@@ -98,15 +98,26 @@ def _described(value: Any) -> str:
     return type(value).__name__
 
 
+def _merged_dict(base: dict, update: dict) -> dict:
+    """``base`` updated key by key with ``update``, nested dicts too, as Ray's
+    ``deep_update`` with new keys allowed, but into new dicts: ``base`` and the
+    dicts in it are left as they are (their large values are shared, not copied)."""
+    merged = dict(base)
+    for key, value in update.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merged_dict(merged[key], value)
+        else:
+            merged[key] = value
+    return merged
+
+
 def merged_kwargs(base: dict[str, Any], config: dict[str, Any], trainer_cls: type) -> dict:
     """The trainer's arguments with the trial's hyperparameters (trial actor, driver)."""
     check_param_space(trainer_cls, config)
     merged = dict(base)
     for key, value in config.items():
         if key == "train_loop_config":
-            merged[key] = _compat.deep_update(
-                dict(base.get(key) or {}), value, new_keys_allowed=True
-            )
+            merged[key] = _merged_dict(base.get(key) or {}, value)
         elif key == "scaling_config":
             scaling = base.get(key) or ScalingConfig()
             merged[key] = dataclasses.replace(scaling, **value)

@@ -235,6 +235,9 @@ def test_a_storage_context_subclass_overrides_the_index_and_the_name(tmp_path):
         shipped._update_checkpoint_index({"tag": "b"})
     assert shipped.current_checkpoint_index == 10
     assert (tmp_path / "exp" / "trial" / "ckpt-20-b").is_dir()
+    with pytest.raises(ValueError, match="single path component"):
+        shipped._update_checkpoint_index({"tag": "../outside"})
+    assert sorted(p.name for p in (tmp_path / "exp" / "trial").iterdir()) == ["ckpt-20-b"]
 
 
 @pytest.mark.quick

@@ -357,6 +357,39 @@ def test_v2_trainers_are_rays_classes_with_rays_constructor():
 
 
 @pytest.mark.quick
+def test_param_space_merges_train_loop_config_and_scaling_config_key_by_key():
+    """docs/guide.md, "Tuner(trainer) on Train V2": ``train_loop_config`` and
+    ``scaling_config`` are merged key by key (nested dicts too), any other key
+    replaces the argument; the trainer's own arguments are left alone."""
+    from ray_tt_ext._v2_arguments import merged_kwargs
+
+    scaling = ray.train.ScalingConfig(num_workers=1, resources_per_worker={"CPU": 2})
+    base = {
+        "train_loop_config": {"lr": 0.1, "opt": {"name": "sgd", "momentum": 0.9}},
+        "scaling_config": scaling,
+        "datasets": None,
+    }
+    merged = merged_kwargs(
+        base,
+        {
+            "train_loop_config": {"lr": 0.5, "opt": {"momentum": 0.5}},
+            "scaling_config": {"num_workers": 3},
+            "datasets": {"train": "tuned"},
+        },
+        v2.DataParallelTrainer,
+    )
+    assert merged["train_loop_config"] == {
+        "lr": 0.5,
+        "opt": {"name": "sgd", "momentum": 0.5},
+    }
+    assert merged["scaling_config"].num_workers == 3
+    assert merged["scaling_config"].resources_per_worker == {"CPU": 2}
+    assert merged["datasets"] == {"train": "tuned"}
+    assert base["train_loop_config"] == {"lr": 0.1, "opt": {"name": "sgd", "momentum": 0.9}}
+    assert scaling.num_workers == 1
+
+
+@pytest.mark.quick
 def test_the_v2_tuner_refuses_a_v1_trainer_with_the_fix():
     """docs/guide.md, "Train V2": a Train V1 trainer given to ``v2.Tuner`` is a
     ``TypeError`` naming the fix (Ray refuses to build one with Train V2 on, so
