@@ -75,11 +75,13 @@ def check_param_space(trainer_cls: type, param_space: Optional[dict[str, Any]]) 
     for key in ("train_loop_config", "scaling_config"):
         value = (param_space or {}).get(key)
         if value is not None and (not isinstance(value, dict) or "grid_search" in value):
+            example = "'num_workers': tune.grid_search([1, 2])"
+            if key == "train_loop_config":
+                example = "'lr': tune.grid_search([0.01, 0.1])"
             raise ValueError(
                 f"param_space[{key!r}] must be a dict of the fields to tune (merged "
                 f"key by key into the trainer's {key}), got {_described(value)}. Fix: "
-                f"tune each field, e.g. {{{key!r}: {{'num_workers': "
-                "tune.grid_search([1, 2])}}."
+                f"tune each field, e.g. {{{key!r}: {{{example}}}}}."
             )
     fields = {f.name for f in dataclasses.fields(ScalingConfig)}
     for field in (param_space or {}).get("scaling_config") or {}:

@@ -68,10 +68,12 @@ def run(ctx: Context) -> dict:
         client.disconnect()
         failed = bool(results.errors)
     finally:
-        if failed and head is not None:  # a crashed process's log goes with the temp dir
-            print(head.crash_report() or "no Ray process log shows a crash", flush=True)
         if head is not None:
-            head.stop()
+            try:
+                if failed:  # a crashed process's log goes with the temp dir
+                    print(head.crash_report() or "no Ray log shows a crash", flush=True)
+            finally:
+                head.stop()
     assert not results.errors, results.errors
     steps, checkpoints = [], []
     for result in results:

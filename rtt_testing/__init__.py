@@ -143,21 +143,32 @@ class HeadNode:
                    "Traceback (most recent call last)")  # fmt: skip
 
     def crash_report(self, lines: int = 30) -> str:
-        """The tails of this cluster's process logs that show a crash (``""``:
-        none do): what a scenario prints when it fails, before :meth:`stop`
-        removes the logs with the temp dir."""
+        """Where this cluster's process logs show a crash (``""``: none do): in
+        each such log (those of dead workers too, which Ray moves to
+        ``logs/old``), ``lines`` lines from a few before its first sign. What a
+        scenario prints when it fails, before :meth:`stop` removes the logs."""
         logs = Path(self.temp_dir, "session_latest", "logs")
         found = []
-        for path in sorted(logs.glob("*")) if logs.is_dir() else []:
+        for path in sorted(logs.rglob("*")) if logs.is_dir() else []:
             if not path.is_file():
                 continue
             try:
-                text = path.read_text(errors="replace")
+                text = path.read_text(errors="replace").splitlines()
             except OSError:
                 continue
-            if any(sign in text for sign in self.CRASH_SIGNS):
-                tail = "\n".join(text.splitlines()[-lines:])
-                found.append(f"--- {path.name} (last {lines} lines)\n{tail}")
+            first = next(
+                (
+                    i
+                    for i, line in enumerate(text)
+                    if any(s in line for s in self.CRASH_SIGNS)
+                ),
+                None,
+            )
+            if first is not None:
+                start = max(0, first - 5)
+                excerpt = "\n".join(text[start : start + lines])
+                name = path.relative_to(logs)
+                found.append(f"--- {name}, lines {start + 1}-{start + lines}\n{excerpt}")
         return "\n".join(found)
 
     def stop(self) -> None:

@@ -235,11 +235,13 @@ def test_import_ray_tt_ext_never_imports_torch_and_a_missing_framework_says_what
         "import sys, ray_tt_ext\n"
         "assert not {'torch', 'xgboost', 'lightgbm'} & set(sys.modules)\n"
         "for name in ('TorchTrainer', 'XGBoostTrainer', 'LightGBMTrainer'):\n"
-        "    sys.modules[name[:-7].lower()] = None  # as if not installed\n"
+        "    package = name[:-7].lower()\n"
+        "    sys.modules[package] = None  # as if not installed (this one alone)\n"
         "    try:\n"
         "        getattr(ray_tt_ext, name)\n"
         "    except ImportError as e:\n"
         "        print('ERROR', e)\n"
+        "    del sys.modules[package]\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=120

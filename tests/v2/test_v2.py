@@ -353,6 +353,9 @@ def test_v2_trainers_are_rays_classes_with_rays_constructor():
         (v2.TorchTrainer, TorchTrainer),
     ]:
         assert issubclass(ours, rays)
+        # Ray's own constructor: no class of ours between defines one.
+        ours_only = ours.__mro__[: ours.__mro__.index(rays)]
+        assert not [c for c in ours_only if "__init__" in vars(c)], ours_only
         assert inspect.signature(ours.__init__) == inspect.signature(rays.__init__)
 
 
