@@ -267,10 +267,16 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
 
 
 def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
+    """Ray's own ``ray.train.torch.TorchTrainer`` (Train V2's, as a user on Ray's
+    default stack imports it) under ``v2.Tuner``: DDP over gloo on two workers, and
+    ray_tt_ext's naming from ``v2.CheckpointConfig`` (``v2.TorchTrainer`` is
+    Ray's class plus the naming for a plain ``fit()``: test_v2.py)."""
     torch = pytest.importorskip("torch")
+    from ray.train.torch import TorchTrainer
     from v2_loops import torch_loop
 
-    trainer = v2.TorchTrainer(
+    assert TorchTrainer.__module__.startswith("ray.train.v2.")  # Ray's V2 class
+    trainer = TorchTrainer(
         torch_loop,
         train_loop_config={"epochs": 1},
         scaling_config=ray.train.ScalingConfig(num_workers=2),
