@@ -77,7 +77,12 @@ def main(argv: list[str]) -> int:
         "is the whole regression suite against one Ray release, in a venv of its own",
         "(`scripts/compat.sh VERSION`), with the pins in `constraints/`: `tests/` (Train",
         "V1) and `tests/v2` (`ray_tt_ext.v2`, Train V2; skipped on Ray < 2.51) in",
-        "sessions of their own. Rows from before `tests/v2` existed show one count.",
+        "sessions of their own."
+        + (
+            " Rows from before `tests/v2` existed show one count."
+            if any("tests/v2" not in r[3] for r in ordered)
+            else ""
+        ),
         "",
         "`ray_tt_ext.v2` (`v2.Tuner(trainer)` and its trainers) by Ray release: on Ray",
         "< 2.51 its `Tuner`, trainers and `CheckpointConfig` raise",
