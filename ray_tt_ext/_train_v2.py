@@ -39,8 +39,10 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Optional
 
 import ray
@@ -413,6 +415,42 @@ def _commit_each_report(context: Any, controller: Any) -> None:
     context._wait_then_report = wait_then_report
 
 
+def _own_upload_pool(context: Any) -> None:
+    """Patches Ray Train V2's ``TrainContext.checkpoint_upload_threadpool`` on this
+    worker's context (runs on a training worker, under a ``v2.Tuner`` trial).
+
+    Ray's default is one pool shared by every context of the process, which
+    Ray shuts down when a training function returns: a worker kept for the
+    next trial (``_v2_controller``'s kept workers) would refuse that trial's
+    ``checkpoint_upload_mode=ASYNC`` uploads. Each run gets a pool of its own,
+    of Ray's size; Ray shuts it down as it did the shared one."""
+    shared = getattr(type(context), "checkpoint_upload_threadpool", None)
+    if getattr(context, "checkpoint_upload_threadpool", None) is shared:
+        context.checkpoint_upload_threadpool = ThreadPoolExecutor(
+            max_workers=_V2.MAX_CHECKPOINT_UPLOAD_THREADS
+        )
+
+
+def _forget_other_runs(context: Any) -> None:
+    """Drop the cached folder lists of other runs (a worker kept between trials
+    runs one trial's loop at a time); runs on a training worker."""
+    path = context.get_storage().experiment_fs_path
+    with _FOLDERS_LOCK:
+        for other in [p for p in _FOLDERS if p != path]:
+            del _FOLDERS[other]
+
+
+def release_process_group() -> None:
+    """Destroy this worker's default torch process group, if it has one (runs on
+    a training worker kept for the next trial, after Ray's backend
+    ``on_shutdown``, which leaves a 1-worker group's): the next trial's
+    ``TorchConfig`` setup makes a new one, as on a new worker."""
+    torch = sys.modules.get("torch")
+    dist = getattr(torch, "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
 class PolicyTrainFn:
     """The training function a ray_tt_ext.v2 trainer sends: Ray's, plus safe names.
 
@@ -446,7 +484,10 @@ class PolicyTrainFn:
         controller = _committing_controller()
         if controller is None:
             return self._call()
-        _commit_each_report(_V2.get_train_context(), controller)
+        context = _V2.get_train_context()
+        _own_upload_pool(context)
+        _forget_other_runs(context)
+        _commit_each_report(context, controller)
         try:
             return self._call()
         finally:

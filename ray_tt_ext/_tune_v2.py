@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 from typing import Any, Optional
 
 from ray_tt_ext import _compat
@@ -42,6 +43,15 @@ def _arguments() -> Any:
 
 _WARNED_NO_RELEASE: list[bool] = []
 
+#: Set to ``0`` to start new workers for every trial even with ``reuse_actors``.
+REUSE_WORKERS_ENV_VAR = "RAY_TT_EXT_REUSE_WORKERS"
+
+
+def keep_workers_enabled() -> bool:
+    """Whether a reused trial actor's next trial may run on its last run's
+    workers (driver): on unless ``RAY_TT_EXT_REUSE_WORKERS=0``."""
+    return os.environ.get(REUSE_WORKERS_ENV_VAR, "1") != "0"
+
 
 def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
     """A Train V2 trainer as its Tune trainable class, a function as Tune's with
@@ -54,9 +64,12 @@ def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
     """
     if _compat.is_train_v2_trainer(trainable):
         run_config = getattr(owner, "_run_config", None)
+        reuse = getattr(getattr(owner, "_tune_config", None), "reuse_actors", False)
         with conversion(owner, measured_by_caller=True):
             return _bridge().make_trainable_cls(
-                trainable, getattr(run_config, "checkpoint_config", None)
+                trainable,
+                getattr(run_config, "checkpoint_config", None),
+                keep_workers=bool(reuse) and keep_workers_enabled(),
             )
     if callable(trainable) and not isinstance(trainable, type):
         # A function (Ray's pattern among them): its Train V2 runs are stopped,

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import inspect
 import logging
 import os
@@ -34,7 +35,11 @@ from typing import Any, Optional
 import ray
 
 from ray_tt_ext._compat import train_v2_bridge as _V2
-from ray_tt_ext._train_v2 import ControllerBarrier, NoDatasetShards
+from ray_tt_ext._train_v2 import (
+    ControllerBarrier,
+    NoDatasetShards,
+    release_process_group,
+)
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -66,6 +71,55 @@ class TrialWorkerGroup(_V2.WorkerGroup):
             return _TunePlacementGroupHandle(pg)
         return super()._create_placement_group(scaling_config, worker_group_context)
 
+    def _create_workers(
+        self,
+        num_workers: int,
+        placement_group: Any,
+        resources_per_worker: dict,
+        placement_group_bundle_indices: Optional[list] = None,
+        starting_world_rank: int = 0,
+        world_size: Optional[int] = None,
+        replica_group_size: Optional[int] = None,
+    ) -> list:
+        """Extends Ray Train V2's ``WorkerGroup._create_workers``; runs in the
+        controller actor. The workers the controller kept from its last run
+        (:meth:`TrialController.next_run`), ranks and all, when they fit this
+        group (:class:`_KeptWorkers`) and are idle; otherwise they are killed
+        and Ray starts new ones."""
+        controller = _this_processes_controller()
+        kept = controller.take_kept_workers() if controller is not None else None
+        if kept is not None:
+            whole_group = (
+                placement_group_bundle_indices is None
+                and starting_world_rank == 0
+                and world_size in (None, num_workers)
+                and replica_group_size is None
+            )
+            key = _KeptWorkers.key_of(
+                placement_group, num_workers, resources_per_worker, self._train_run_context
+            )
+            if whole_group and kept.key == key and kept.idle():
+                logger.debug("Reusing the %d workers of the last run", num_workers)
+                return kept.workers
+            kept.kill()
+        return super()._create_workers(
+            num_workers,
+            placement_group,
+            resources_per_worker,
+            placement_group_bundle_indices=placement_group_bundle_indices,
+            starting_world_rank=starting_world_rank,
+            world_size=world_size,
+            replica_group_size=replica_group_size,
+        )
+
+    def keep_workers_at_shutdown(self, keep: Callable[[list], None]) -> None:
+        """Make this group's next ``shutdown()`` leave its workers alive and hand
+        them to ``keep`` (runs in the controller actor, before Ray's
+        ``WorkerGroup.shutdown``, whose callbacks then run as usual)."""
+        state = self._worker_group_state
+        fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
+        self._worker_group_state = _KeepingState(**fields, keep=keep)
+
     def _get_worker_runtime_env(self, custom_runtime_env: Any) -> Any:
         """Extends Ray Train V2's ``WorkerGroup._get_worker_runtime_env``; runs in the
         controller actor. Ray sets ``env_vars`` on every worker's runtime env (the
@@ -96,6 +150,96 @@ def _tune_deletes(fs: Any, fs_path: str) -> None:
     that either still lists, and none is deleted twice.
     """
     logger.debug("Checkpoint %s left for Tune to delete", fs_path)
+
+
+#: How long kept workers get to answer: their shutdown hooks, the release of
+#: their process group, their status before the next run (seconds).
+_KEPT_PATIENCE_S = 5.0
+
+
+@dataclasses.dataclass(frozen=True)
+class _KeepingState(_V2.WorkerGroupState):
+    """Ray Train V2's ``WorkerGroupState`` of a group whose workers the controller
+    keeps for its next run (the run ended cleanly; see
+    :meth:`TrialController._shutdown_worker_group`)."""
+
+    keep: Any = None
+
+    def shutdown(self) -> None:
+        """Overrides Ray Train V2's ``WorkerGroupState.shutdown``; runs in the
+        controller actor, inside Ray's ``WorkerGroup.shutdown`` (after the
+        callbacks' ``before_worker_group_shutdown``: the backend's
+        ``on_shutdown`` ran). As Ray's ``_shutdown_workers`` without its
+        ``ray.kill``: the workers' shutdown hooks run, their torch process group
+        goes, and they are handed to ``keep``; a worker that does not answer
+        in time gets Ray's ``ray.kill``, and none is kept."""
+        workers = list(self.workers)
+        try:
+            ray.get([w.actor.shutdown.remote() for w in workers], timeout=_KEPT_PATIENCE_S)
+            ray.get(
+                [w.actor.execute.remote(release_process_group) for w in workers],
+                timeout=_KEPT_PATIENCE_S,
+            )
+        except Exception:
+            logger.debug("Kept workers did not shut down cleanly: killed", exc_info=True)
+            for worker in workers:
+                ray.kill(worker.actor)
+        else:
+            self.keep(workers)
+        _V2.worker_group_state_module._shutdown_sync_actor(self.sync_actor)
+        self.placement_group_handle.shutdown()
+
+
+def _settings(config: Any) -> str:
+    """A backend configuration's settings, to compare two of them (its fields:
+    ``TorchConfig`` is a dataclass, Ray's base ``BackendConfig`` a plain class)."""
+    if dataclasses.is_dataclass(config):
+        return repr(dataclasses.astuple(config))
+    return repr(sorted(vars(config).items()))
+
+
+@dataclasses.dataclass
+class _KeptWorkers:
+    """A worker group's workers that outlived its run, for the controller's next
+    run (controller actor). ``key``: what a group must share with the last one
+    to run on its workers: the placement group (the trial's: Tune reuses a
+    trial actor only for the same bundles), the number of workers and their
+    resources, the backend configuration and the workers' runtime env."""
+
+    workers: list
+    key: tuple
+
+    @staticmethod
+    def key_of(
+        placement_group: Any, num_workers: int, resources: dict, run_context: Any
+    ) -> tuple:
+        return (
+            placement_group.id,
+            num_workers,
+            tuple(sorted((resources or {}).items())),
+            type(run_context.backend_config),
+            _settings(run_context.backend_config),
+            repr(run_context.run_config.worker_runtime_env),
+        )
+
+    def idle(self) -> bool:
+        """Every worker answers, runs no training function and holds no report
+        or error (Ray's ``RayTrainWorker.poll_status``)."""
+        try:
+            statuses = ray.get(
+                [w.actor.poll_status.remote() for w in self.workers],
+                timeout=_KEPT_PATIENCE_S,
+            )
+        except Exception:
+            return False
+        return all(
+            not s.running and s.error is None and s.training_report is None
+            for s in statuses
+        )
+
+    def kill(self) -> None:
+        for worker in self.workers:
+            ray.kill(worker.actor)
 
 
 #: The TrialController of this process (a controller actor's process runs one).
@@ -262,6 +406,7 @@ class TrialController(_V2.TrainController):
         trial_placement_group: Any,
         env_vars: Optional[dict] = None,
         replay_after: Optional[str] = None,
+        keep_workers: bool = False,
         **kwargs: Any,
     ):
         """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
@@ -270,7 +415,9 @@ class TrialController(_V2.TrainController):
         what Ray's ``_initialize_and_run_controller`` would give the actor as a
         runtime env, are set in this process (the actor then starts on one of
         Ray's started workers instead of a new process); ``replay_after``: see
-        :meth:`_replay`."""
+        :meth:`_replay`; ``keep_workers``: a group that ends cleanly keeps its
+        workers for the next run (:meth:`next_run`). Called again by
+        :meth:`next_run` for each later run of the same actor."""
         inherited = {k: os.environ[k] for k in env_vars or {} if k in os.environ}
         os.environ.update(env_vars or {})
         _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
@@ -291,8 +438,13 @@ class TrialController(_V2.TrainController):
         self._pending: collections.deque = collections.deque()
         self._ended = False
         self._quick_polls = 0
-        self._barriers: dict[int, Any] = {}  # generation -> its worker group's barrier
-        self._barrier_generation = 0
+        # Kept across this actor's runs (next_run): a late call of an earlier
+        # group's barrier never reaches a later group's.
+        self._barriers: dict[int, Any] = getattr(self, "_barriers", {})
+        self._barrier_generation: int = getattr(self, "_barrier_generation", 0)
+        self._kept: Optional[_KeptWorkers] = getattr(self, "_kept", None)
+        self._keep_workers = keep_workers
+        self._kept_key: tuple = ()
         self._actor_id = ray.get_runtime_context().get_actor_id()
         _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
         _keep_barriers_in_the_controller()
@@ -306,6 +458,63 @@ class TrialController(_V2.TrainController):
             ]
         if replay_after is not None:
             self._replay(replay_after)
+
+    def next_run(self, **kwargs: Any) -> bool:
+        """Start another run in this actor, with the arguments a new controller
+        would get; ``False`` (nothing changed) unless the last run ended and its
+        ``run()`` returned. Runs in the controller actor; called by the trial
+        actor when Tune reuses it for another trial (``_v2_trial``). Ray's
+        ``TrainController`` holds one run: ``__init__`` binds it, and every
+        attribute a run sets is set there, so calling it again starts afresh
+        (what this class keeps across runs is said in ``__init__``)."""
+        if not (self._ended and self.get_state().is_terminal()):
+            return False
+        if self._worker_group is not None:
+            return False
+        self.__init__(**kwargs)
+        return True
+
+    def take_kept_workers(self) -> Optional[_KeptWorkers]:
+        """The workers kept from the last run, once (controller actor)."""
+        kept, self._kept = self._kept, None
+        return kept
+
+    def _keep(self, workers: list) -> None:
+        if self._kept is not None:  # never two groups kept at once
+            self._kept.kill()
+        self._kept = _KeptWorkers(workers=workers, key=self._kept_key)
+
+    def _shutdown_worker_group(self) -> None:
+        """Extends Ray Train V2's ``TrainController._shutdown_worker_group``; runs in
+        the controller actor. With ``keep_workers``, a group that ends because
+        training finished (no error, no retry, no abort: those never come
+        here with ``FinishedState`` next), in the trial's placement group and
+        with a backend whose setup can be redone (``reusable_backend``), keeps
+        its workers alive for the next run; any other group is shut down as
+        Ray does, its workers killed."""
+        group = self._worker_group
+        state = self.get_state()
+        handle = (
+            group.get_worker_group_state().placement_group_handle
+            if group.has_started()
+            else None
+        )
+        if (
+            self._keep_workers
+            and isinstance(state, _V2.ShuttingDownState)
+            and isinstance(state.next_state, _V2.FinishedState)
+            and isinstance(handle, _TunePlacementGroupHandle)
+            and _V2.reusable_backend(self._train_run_context.backend_config)
+        ):
+            context = group.get_worker_group_context()
+            self._kept_key = _KeptWorkers.key_of(
+                handle.placement_group,
+                context.num_workers,
+                context.resources_per_worker,
+                self._train_run_context,
+            )
+            group.keep_workers_at_shutdown(self._keep)
+        super()._shutdown_worker_group()
 
     def _replay(self, tune_checkpoint_path: str) -> None:
         """Hand the trial first the checkpoints the run recorded after Tune's own

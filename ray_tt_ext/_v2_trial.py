@@ -63,8 +63,14 @@ class _TrialRun:
     controller in the trial's placement group, rank 0's reports taken from the
     controller (``TrialController.next_report``) by the trial's training thread."""
 
-    def __init__(self) -> None:
+    def __init__(self, kept_controller: Any = None, keep_workers: bool = False) -> None:
         self.controller: Any = None
+        #: The controller of this trial actor's last run, which kept its workers
+        #: (``V2Trial.reset_config``): this run starts in it if it can.
+        self.kept_controller = kept_controller
+        self.keep_workers = keep_workers
+        #: The run ended and the trial took all its reports (trial actor).
+        self.completed = False
         self.error: Optional[BaseException] = None
         self._thread: Optional[threading.Thread] = None
         self._aborted = False
@@ -108,6 +114,7 @@ class _TrialRun:
                 trial_placement_group=placement_group,
                 env_vars=_V2.controller_env_vars(),
                 replay_after=self.replay_after,
+                keep_workers=self.keep_workers,
             ),
             rays_runtime_env=False,
         )
@@ -131,20 +138,36 @@ class _TrialRun:
                 placement_group=placement_group,
                 placement_group_capture_child_tasks=True,
             )
-        remote_options = getattr(controller_cls, "RAY_REMOTE_OPTIONS", None)
-        actor_cls = (
-            ray.remote(**remote_options)(controller_cls)
-            if remote_options
-            else ray.remote(controller_cls)
-        )
-        controller = self.controller = actor_cls.options(**options).remote(
-            **controller_kwargs
-        )
+        controller = self._kept_controller_for(controller_kwargs)
+        if controller is None:
+            remote_options = getattr(controller_cls, "RAY_REMOTE_OPTIONS", None)
+            actor_cls = (
+                ray.remote(**remote_options)(controller_cls)
+                if remote_options
+                else ray.remote(controller_cls)
+            )
+            controller = actor_cls.options(**options).remote(**controller_kwargs)
+        self.controller = controller
         self._started.set()
         if self._aborted:  # Tune stopped the trial while the run was starting
             self.abort()
         ray.get(controller.run.remote())
         return ray.get(controller.get_result.remote())
+
+    def _kept_controller_for(self, controller_kwargs: dict) -> Any:
+        """The last run's controller, started on this run
+        (``TrialController.next_run``), or ``None`` (there is none, or it could
+        not start it: it is killed, and its workers with it). Trial actor."""
+        kept, self.kept_controller = self.kept_controller, None
+        if kept is None:
+            return None
+        try:
+            if ray.get(kept.next_run.remote(**controller_kwargs)):
+                return kept
+        except Exception:  # it died meanwhile: a new one
+            pass
+        ray.kill(kept, no_restart=True)
+        return None
 
     def reports(self):
         """Rank 0's reports, ``(index, metrics, checkpoint)``, as the run records
@@ -218,7 +241,11 @@ class V2Trial(_compat.FunctionTrainable):
     _base_scaling_config: Any = None
     #: Tune's retention (num_to_keep, checkpoint_score_attribute/order).
     _retention: dict = {}  # set per subclass, never mutated
+    #: Tune reuses trial actors (``TuneConfig(reuse_actors=True)``): a run that
+    #: ended cleanly leaves its controller and workers for the actor's next trial.
+    _keep_workers: bool = False
     _run: Optional[_TrialRun] = None
+    _kept_controller: Any = None
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> Any:
@@ -236,7 +263,8 @@ class V2Trial(_compat.FunctionTrainable):
         session = _compat.get_session()
         storage = session.storage
         kwargs = merged_kwargs(dict(self._params.get()), config, self._trainer_cls)
-        run = self._run = _TrialRun()
+        kept, self._kept_controller = self._kept_controller, None
+        run = self._run = _TrialRun(kept, keep_workers=self._keep_workers)
         kwargs["run_config"] = _run_config_for_trial(
             kwargs.get("run_config"), storage, self._retention
         )
@@ -264,24 +292,37 @@ class V2Trial(_compat.FunctionTrainable):
             _compat.tune_report(metrics, checkpoint=checkpoint)
             run.taken(index)
         run.finish()
+        run.completed = True
         # Like Ray's wrap_function: mark the end without logging twice.
         session.report({_compat.RESULT_DUPLICATE: True})
 
     def cleanup(self) -> None:
         """Extends ``FunctionTrainable.cleanup``; runs in the trial actor when Tune
-        stops the trial: the run's workers and controller go first."""
-        self._abort_run()
+        stops the trial: the run's workers and controller go first (and a
+        controller kept from an earlier run, with its workers)."""
+        self._abort_run(keep=False)
         super().cleanup()
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Extends ``FunctionTrainable.reset_config`` (an actor reused for another
-        trial, e.g. by PBT); runs in the trial actor: the old run stops first."""
-        self._abort_run()
+        trial, e.g. by PBT); runs in the trial actor: the old run stops first.
+        With ``reuse_actors``, a run that completed (it ended and Tune took all
+        its reports) keeps its controller, whose workers the next trial's run
+        takes over when they fit (``TrialController.next_run``); a run that
+        Tune stopped or paused mid-way, or that failed, is aborted."""
+        self._abort_run(keep=self._keep_workers)
         return super().reset_config(new_config)
 
-    def _abort_run(self) -> None:
+    def _abort_run(self, keep: bool) -> None:
         run, self._run = self._run, None
-        if run is not None:
+        kept, self._kept_controller = self._kept_controller, None
+        if kept is not None:  # never used: its workers go
+            ray.kill(kept, no_restart=True)
+        if run is None:
+            return
+        if keep and run.completed and run.controller is not None:
+            self._kept_controller = run.controller
+        else:
             run.abort()
 
 
@@ -351,12 +392,16 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> Optional[s
     return replay_after
 
 
-def make_trainable_cls(trainer: Any, tune_checkpoint_config: Any = None) -> type[V2Trial]:
+def make_trainable_cls(
+    trainer: Any, tune_checkpoint_config: Any = None, keep_workers: bool = False
+) -> type[V2Trial]:
     """The per-trainer Tune trainable class: small attributes only (driver).
 
     The trainer's constructor arguments go into the object store here, once
     per conversion, owned by the ``_params.owned_by`` owner in force (the
     Tuner). ``tune_checkpoint_config``: Tune's, whose retention the runs follow.
+    ``keep_workers``: Tune reuses trial actors; a trial's workers are kept
+    for the actor's next trial (``V2Trial.reset_config``).
     """
     trainer_cls = type(trainer)
     source = tune_checkpoint_config or trainer.run_config.checkpoint_config
@@ -375,6 +420,7 @@ def make_trainable_cls(trainer: Any, tune_checkpoint_config: Any = None) -> type
         "_trainer_cls": trainer_cls,
         "_params": ObjectStoreParams.for_trainer(trainer_kwargs(trainer)),
         "_base_scaling_config": trainer.scaling_config,
+        "_keep_workers": bool(keep_workers),
         "__module__": __name__,
     }
     return type("V2TrainTrainable", (V2Trial,), attrs)

@@ -440,6 +440,18 @@ def actors_started(class_name: str) -> int:
     return sum(1 for a in state.actors().values() if a["ActorClassName"] == class_name)
 
 
+def alive_actor_ids(class_name: str) -> set[str]:
+    """The ids of this Ray's alive actors of ``class_name`` (the GCS's actor
+    table, as :func:`actors_started`)."""
+    from ray._private import state
+
+    return {
+        a["ActorID"]
+        for a in state.actors().values()
+        if a["ActorClassName"] == class_name and a["State"] == "ALIVE"
+    }
+
+
 def settled_object_store_used_mib(timeout_s: float = 15.0) -> float:
     """Plasma memory in use once it stops changing (Ray frees objects
     asynchronously, and earlier tests' objects may still be going)."""

@@ -77,6 +77,7 @@ from rtt_bench.payload import bench_inspect  # noqa: E402
 from rtt_bench.render import DOCS, render  # noqa: E402
 from rtt_bench.s3 import bench_s3  # noqa: E402
 from rtt_bench.train_loop_config import bench_train_loop_config  # noqa: E402
+from rtt_bench.reuse_trials import bench_reuse_trials  # noqa: E402
 from rtt_bench.tuner import bench_tuner  # noqa: E402
 from rtt_bench.v2_trials import bench_v2_trials  # noqa: E402
 from rtt_testing import init_local_ray  # noqa: E402
@@ -94,11 +95,12 @@ SECTIONS = {
     "lifetime": bench_lifetime,
     "s3": bench_s3,
     "v2_trials": bench_v2_trials,
+    "reuse_trials": bench_reuse_trials,
     "train_loop_config": bench_train_loop_config,
 }
 
 # Sections that start (and stop) Ray themselves, in the setups they measure.
-_OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials"}
+_OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials", "reuse_trials"}
 
 
 def measured_commit() -> str:

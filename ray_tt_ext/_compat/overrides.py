@@ -138,6 +138,15 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:ReleasingTrial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.setup", "ray_tt_ext._v2_trial:ReleasingTrial.setup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.reset_config", "ray_tt_ext._v2_trial:ReleasingTrial.reset_config", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
+    # -- Workers kept between the trials of a reused trial actor (reuse_actors) ----
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController.__init__", "ray_tt_ext._v2_controller:TrialController.next_run", "uses", "the run's controller actor (called again on the live object for the next trial's run)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller:TrainController._shutdown_worker_group", "ray_tt_ext._v2_controller:TrialController._shutdown_worker_group", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller.state:ShuttingDownState", "ray_tt_ext._v2_controller:TrialController._shutdown_worker_group", "uses", "the run's controller actor (its next_state a FinishedState: a clean end)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._create_workers", "ray_tt_ext._v2_controller:TrialWorkerGroup._create_workers", "extends", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup.shutdown", "ray_tt_ext._v2_controller:TrialWorkerGroup.keep_workers_at_shutdown", "uses", "the run's controller actor (the group's _worker_group_state swapped for _KeepingState before Ray's shutdown runs)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.state:WorkerGroupState.shutdown", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.poll_status", "ray_tt_ext._v2_controller:_KeptWorkers.idle", "uses", "the run's controller actor (kept workers checked before a run)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.context:TrainContext.checkpoint_upload_threadpool", "ray_tt_ext._train_v2:_own_upload_pool", "patches", "Train V2 training worker (its context instance, under a v2.Tuner trial)", _BRIDGE_CHECKED, "2.51"),
 )  # fmt: skip
 
 

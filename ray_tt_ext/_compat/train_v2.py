@@ -46,11 +46,17 @@ try:
 except ImportError:
     CheckpointConsistencyMode = None
 
+try:  # the size of a worker's checkpoint upload pool (ASYNC reports)
+    from ray.train.v2._internal.execution.context import MAX_CHECKPOINT_UPLOAD_THREADS
+except ImportError:  # a Train V2 without ASYNC uploads
+    MAX_CHECKPOINT_UPLOAD_THREADS = 1
+
 __all__ = [
     "CheckpointConfig",
     "CheckpointConsistencyMode",
     "DataParallelTrainer",
     "DistributedTrainFnUtils",
+    "MAX_CHECKPOINT_UPLOAD_THREADS",
     "RunConfig",
     "ScalingConfig",
     "get_train_context",

@@ -10,8 +10,10 @@ of these raises :class:`UnsupportedRayVersionError`. Checked on Ray 2.60;
 from __future__ import annotations
 
 import importlib
+import sys
 from typing import Any, Optional
 
+from ray.train.backend import BackendConfig
 from ray.tune.trainable.function_trainable import wrap_function
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -45,10 +47,15 @@ try:
         SynchronizationActor,
     )
     from ray.train.v2._internal.execution.controller import TrainController
+    from ray.train.v2._internal.execution.controller.state import (
+        FinishedState,
+        ShuttingDownState,
+    )
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
     from ray.train.v2._internal.execution.worker_group.placement_group_handle import (
         DefaultPlacementGroupHandle,
     )
+    from ray.train.v2._internal.execution.worker_group.state import WorkerGroupState
     from ray.train.v2.api.callback import UserCallback
 
     #: The modules whose names the run's barrier replaces in a trial's
@@ -118,31 +125,48 @@ def controller_env_vars() -> dict[str, str]:
     return env_vars
 
 
+def reusable_backend(backend_config: Any) -> bool:
+    """Whether a worker group of this backend can run another trial's training
+    function once its backend's ``on_shutdown`` ran (``_v2_controller``'s kept
+    workers): Ray's base ``BackendConfig`` (its ``on_start`` does nothing) and
+    ``TorchConfig`` (its ``on_start`` makes a new process group, once the old one
+    is destroyed: ``_train_v2.release_process_group``). Any other backend's
+    state (XGBoost's tracker, JAX's distributed runtime) is not known to
+    survive, so its workers are never kept."""
+    torch_config = getattr(sys.modules.get("ray.train.torch.config"), "TorchConfig", None)
+    return type(backend_config) in {BackendConfig, torch_config} - {None}
+
+
 def propagated_env_vars() -> frozenset[str]:
     """The variables Ray Train V2 propagates from the driver to its actors."""
     return frozenset(ENV_VARS_TO_PROPAGATE)
 
 
 __all__ = [
+    "BackendConfig",
     "CheckpointConfig",
     "DataParallelTrainer",
     "DatasetsCallback",
     "DefaultPlacementGroupHandle",
+    "FinishedState",
     "PlacementGroupCleanerCallback",
     "PlacementGroupSchedulingStrategy",
     "PreemptionCallback",
     "PreemptionWatcher",
     "RunConfig",
     "ScalingConfig",
+    "ShuttingDownState",
     "SynchronizationBarrier",
     "SynchronizationBarrierResetError",
     "TrainController",
     "UserCallback",
     "WorkerGroup",
+    "WorkerGroupState",
     "blocking_get_warning_var",
     "checkpoint_manager_module",
     "controller_env_vars",
     "propagated_env_vars",
+    "reusable_backend",
     "worker_group_module",
     "worker_group_state_module",
     "wrap_function",

@@ -277,6 +277,36 @@ def render(sections: dict[str, Any]) -> str:
                 )
             lines += _cpu_by_role_table(data)
             lines += ["", "### Notes", "", _notes("v2_trials")]
+        elif name == "reuse_trials":
+            lines += [
+                f"{data['trials']} one-report trials per run (a small checkpoint each) "
+                "on a local Ray with 4 CPUs, each run in a process of its own: "
+                "`ray_tt_ext.v2.Tuner(trainer)` with `TuneConfig(reuse_actors=True)` "
+                "(a reused trial actor's next trial runs on its last run's workers), "
+                "the same without reuse, and a plain Tune function trial making the "
+                "same report with as many CPUs; a 1-worker `DataParallelTrainer` "
+                "(1 CPU) and Ray's `TorchTrainer` (2 workers over gloo, an all-reduce "
+                f"before the report). {data['rounds']} rounds of the three, the order "
+                "rotating; times are medians, each ratio the median of the rounds' "
+                "ratios. Goals: with reuse <= 2x the function trial and <= 0.5x "
+                "without reuse.",
+                "",
+                "| trainer | with reuse | without | function trial | with reuse / "
+                "function | with reuse / without | goals |",
+                "| --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for kind, entry in data["kinds"].items():
+                f = entry["flavours"]
+                lines.append(
+                    f"| {kind} | {entry[f['reuse']]['seconds']:.1f} s "
+                    f"| {entry[f['plain']]['seconds']:.1f} s "
+                    f"| {entry[f['function']]['seconds']:.1f} s "
+                    f"| {entry['reuse_over_function']:.2f} "
+                    f"| {entry['reuse_over_plain']:.2f} "
+                    f"| {'met' if entry['goal_met'] else 'not met'} |"
+                )
+            if (NOTES / "reuse_trials.md").exists():
+                lines += ["", "### Notes", "", _notes("reuse_trials")]
         elif name == "train_loop_config":
             lines += [
                 f"A 1-worker V1 trainer with {format_bytes(data['attached_bytes'])} of numpy "

@@ -3,7 +3,11 @@
 
     python scripts/rtt_bench/v2_trials_child.py FLAVOUR N [HOLD_S [cpu]]    (prints one JSON line)
 
-FLAVOUR: ``v2_tuner`` (``ray_tt_ext.v2.Tuner(trainer)``), ``rays_pattern``
+FLAVOUR: ``v2_tuner`` (``ray_tt_ext.v2.Tuner(trainer)``; ``v2_reuse``: with
+``TuneConfig(reuse_actors=True)``; ``torch`` and ``torch_reuse``: the same with
+Ray's ``TorchTrainer``, 2 workers over gloo, an all-reduce before the report),
+``function`` (a plain Tune function trial making the same report, 1 CPU;
+``function_2cpu``: 2 CPUs, beside the 2-worker torch trials), ``rays_pattern``
 (Ray's documented Tune + Train V2 pattern under ``ray.tune.Tuner``: a Tune
 function that fits a V2 trainer with ``TuneReportCallback``; the function's
 trial takes a CPU, its run's worker another, ``max_concurrent_trials=2``),
@@ -194,6 +198,29 @@ class CpuSampler(_Sampler):
         return out
 
 
+def torch_one_report(config):
+    """``one_report`` after an all-reduce over the run's torch process group."""
+    import torch
+    import torch.distributed as dist
+
+    total = torch.tensor([float(dist.get_rank() + 1)])
+    dist.all_reduce(total)
+    one_report(dict(config, lr=config.get("lr", 1.0) + 0 * float(total.item())))
+
+
+def function_report(config):
+    """The same report from a plain Tune function trial (no Train run)."""
+    import ray.tune
+
+    d = tempfile.mkdtemp()
+    with open(os.path.join(d, "state.json"), "w") as f:
+        json.dump({"lr": config.get("lr", 1.0)}, f)
+    ray.tune.report(
+        {"loss": config.get("lr", 1.0)}, checkpoint=ray.tune.Checkpoint.from_directory(d)
+    )
+    time.sleep(config.get("hold_s", 0))
+
+
 def rays_pattern(config):
     import ray.train
     import ray.tune
@@ -229,14 +256,31 @@ def run(flavour: str, n: int, hold_s: float = 0.0, cpu: bool = False) -> dict:
     lrs = ray.tune.grid_search([float(i + 1) for i in range(n)])
     hold = {"hold_s": hold_s} if hold_s else {}
     run_config = ray.tune.RunConfig(name=flavour, storage_path=storage, verbose=0)
-    if flavour == "v2_tuner":
+    if flavour in ("v2_tuner", "v2_reuse", "torch", "torch_reuse"):
         import ray_tt_ext.v2 as v2
 
-        tuner = v2.Tuner(
-            v2.DataParallelTrainer(
+        if flavour.startswith("torch"):
+            from ray.train.torch import TorchTrainer
+
+            trainer = TorchTrainer(
+                torch_one_report, scaling_config=ray.train.ScalingConfig(num_workers=2)
+            )
+        else:
+            trainer = v2.DataParallelTrainer(
                 one_report, scaling_config=ray.train.ScalingConfig(num_workers=1)
-            ),
+            )
+        tuner = v2.Tuner(
+            trainer,
             param_space={"train_loop_config": {"lr": lrs, **hold}},
+            tune_config=ray.tune.TuneConfig(reuse_actors=flavour.endswith("_reuse")),
+            run_config=run_config,
+        )
+    elif flavour in ("function", "function_2cpu"):
+        # As many CPUs per trial as the trainer trials it is measured beside.
+        cpus = 2 if flavour == "function_2cpu" else 1
+        tuner = ray.tune.Tuner(
+            ray.tune.with_resources(function_report, {"cpu": cpus}),
+            param_space={"lr": lrs, **hold},
             run_config=run_config,
         )
     elif flavour == "rays_pattern":

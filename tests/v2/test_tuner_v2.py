@@ -109,8 +109,12 @@ def test_a_param_space_key_that_is_not_a_trainer_argument_is_an_error(storage_pa
     assert not os.listdir(storage_path)  # nothing was written
 
 
-def test_trials_reserve_their_worker_group_and_give_it_back(storage_path, tmp_path):
-    """4 CPUs, 2-CPU worker groups, 4 trials, ASHA: 2 train at a time, all finish."""
+@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
+def test_trials_reserve_their_worker_group_and_give_it_back(
+    storage_path, tmp_path, reuse_actors
+):
+    """4 CPUs, 2-CPU worker groups, 4 trials, ASHA: 2 train at a time, all finish;
+    the same with Tune reusing trial actors (a trial ASHA stopped keeps no workers)."""
     log_dir = tmp_path / "steps"
     log_dir.mkdir()
     trainer = v2.DataParallelTrainer(
@@ -132,7 +136,9 @@ def test_trials_reserve_their_worker_group_and_give_it_back(storage_path, tmp_pa
     results = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"lr": ray.tune.grid_search([1, 2, 3, 4])}},
-        tune_config=ray.tune.TuneConfig(metric="loss", mode="min", scheduler=scheduler),
+        tune_config=ray.tune.TuneConfig(
+            metric="loss", mode="min", scheduler=scheduler, reuse_actors=reuse_actors
+        ),
         run_config=ray.tune.RunConfig(name="resources", storage_path=storage_path),
     ).fit()
     assert len(results) == 4 and not results.errors
@@ -196,7 +202,10 @@ def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
     assert os.path.dirname(result.checkpoint.path) == first.path  # the same run
 
 
-def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(storage_path):
+@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
+def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(
+    storage_path, reuse_actors
+):
     trainer = trainer_for(storage_path, {"steps": 6, "sleep_s": 0.2}, workers=1)
     pbt = ray.tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
@@ -209,7 +218,9 @@ def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(storage_
     results = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"lr": ray.tune.grid_search([1.0, 100.0])}},
-        tune_config=ray.tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
+        tune_config=ray.tune.TuneConfig(
+            metric="loss", mode="min", scheduler=pbt, reuse_actors=reuse_actors
+        ),
         run_config=ray.tune.RunConfig(name="pbt", storage_path=storage_path),
     ).fit()
     assert not results.errors

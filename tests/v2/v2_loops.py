@@ -103,6 +103,7 @@ def torch_loop(config: dict) -> None:
                 "epoch": epoch,
                 "allreduce": float(total.item()),
                 "ranks_given_rank_0s": float(agreed.item()),
+                "worker_actor": ray.get_runtime_context().get_actor_id(),
                 # Ray 2.60's preemption notice (a barrier too); older Rays: none.
                 "preempted": getattr(ray.train, "get_preemption_info", lambda: None)()
                 is not None,

@@ -235,3 +235,51 @@ def no_dataset_loop(config: dict) -> None:
     except KeyError as e:
         missing = str(e)
     ray.train.report({"missing": missing})
+
+
+#: The keys of the trials whose training function ran in this worker process (a
+#: module global: it carries over to the next trial on a kept worker).
+_RUNS_IN_THIS_PROCESS: list[str] = []
+_LEFT_RUNNING: list = []
+
+
+def reuse_probe_loop(config: dict) -> None:
+    """Each rank writes ``<key>-<rank>.json`` in ``log_dir``: what this trial's
+    worker sees (its actor, its config and context, its checkpoint, and what
+    earlier trials in the same process left: a module global, an environment
+    variable, a thread, the working directory), then reports once with a
+    checkpoint (every rank its part, uploaded ASYNC) and once without.
+    ``fail_key``: the trial whose rank 0 raises after the first report."""
+    import threading
+
+    ctx = ray.train.get_context()
+    rank = ctx.get_world_rank()
+    seen = {
+        "key": config["key"],
+        "actor_id": ray.get_runtime_context().get_actor_id(),
+        "pid": os.getpid(),
+        "had_checkpoint": ray.train.get_checkpoint() is not None,
+        "experiment_name": ctx.get_experiment_name(),
+        "world_rank": rank,
+        "world_size": ctx.get_world_size(),
+        "runs_before": list(_RUNS_IN_THIS_PROCESS),
+        "env_left": os.environ.get("RTT_LEFT_BY_A_TRIAL"),
+        "threads_left": sum(t.is_alive() for t in _LEFT_RUNNING),
+        "cwd": os.getcwd(),
+    }
+    with open(os.path.join(config["log_dir"], f"{config['key']}-{rank}.json"), "w") as f:
+        json.dump(seen, f)
+    _RUNS_IN_THIS_PROCESS.append(config["key"])
+    os.environ["RTT_LEFT_BY_A_TRIAL"] = config["key"]
+    thread = threading.Thread(target=threading.Event().wait, daemon=True)
+    thread.start()
+    _LEFT_RUNNING.append(thread)
+    filename = "state.json" if rank == 0 else f"shard_{rank}.json"
+    ray.train.report(
+        {"key": config["key"], "actor_id": seen["actor_id"]},
+        checkpoint=_state_checkpoint({"step": 0, "key": config["key"]}, filename),
+        checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
+    )
+    if config.get("fail_key") == config["key"] and rank == 0:
+        raise ValueError(f"trial {config['key']} failed on purpose")
+    ray.train.report({"key": config["key"], "after_upload": True})

@@ -1,0 +1,189 @@
+"""ray_tt_ext.v2.Tuner(trainer) with ``TuneConfig(reuse_actors=True)``: a trial
+actor's next trial runs on the workers of its last run, when that run ended
+cleanly; everything a trial sees is still its own.
+
+Real Train V2 under real Tune, on the session's 4-CPU local Ray.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+
+import pytest
+import ray
+import ray.train
+import ray.tune
+from v2_tune_loops import reuse_probe_loop
+
+import ray_tt_ext.v2 as v2
+from rtt_testing import actors_started, alive_actor_ids
+
+pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
+
+
+def _seen(log_dir) -> dict[tuple[str, int], dict]:
+    """What each rank of each trial saw, by (trial key, rank)."""
+    seen = {}
+    for path in log_dir.glob("*.json"):
+        record = json.loads(path.read_text())
+        seen[record["key"], record["world_rank"]] = record
+    return seen
+
+
+def _settled(probe, want, timeout_s: float = 20.0):
+    """``probe()`` once it returns ``want`` (Ray frees resources and ends actors
+    asynchronously after ``fit()``), or its last value."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        value = probe()
+        if value == want or time.monotonic() > deadline:
+            return value
+        time.sleep(0.5)
+
+
+def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, tmp_path):
+    """6 trials of a 2-worker trainer, 2 at a time, ``reuse_actors=True``; trial
+    ``c`` raises. Every clean trial's workers run the next trial of their trial
+    actor; each trial sees its own config, context, checkpoint and folder; a
+    group whose trial raised is never reused; nothing outlives ``fit()``."""
+    log_dir = tmp_path / "seen"
+    log_dir.mkdir()
+    keys = ["a", "b", "c", "d", "e", "f"]
+    trainer = v2.DataParallelTrainer(
+        reuse_probe_loop,
+        train_loop_config={"log_dir": str(log_dir), "fail_key": "c"},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+        run_config=ray.train.RunConfig(checkpoint_config=v2.CheckpointConfig()),
+    )
+    workers_before = actors_started("RayTrainWorker")
+    controllers_before = actors_started("TrialController")
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"key": ray.tune.grid_search(keys)}},
+        tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=2),
+        run_config=ray.tune.RunConfig(name="reuse", storage_path=storage_path),
+    ).fit()
+    seen = _seen(log_dir)
+    assert sorted(seen) == [(k, r) for k in keys for r in (0, 1)]
+    by_key = {r.config["train_loop_config"]["key"]: r for r in results}
+
+    # Trial c's error is its own; every other trial finished.
+    assert [k for k in keys if by_key[k].error] == ["c"]
+    assert "trial c failed on purpose" in str(by_key["c"].error)
+
+    # Workers were reused: 12 groups' worth of ranks ran on far fewer actors, and
+    # each actor's trials ran one after another in one process (a kept worker).
+    actor_of = {(k, r): s["actor_id"] for (k, r), s in seen.items()}
+    actors = set(actor_of.values())
+    assert len(actors) <= 6, actor_of  # without reuse: 12
+    assert actors_started("RayTrainWorker") - workers_before == len(actors)
+    assert actors_started("TrialController") - controllers_before <= 3
+    # The trials each worker actor ran, in order (its process counts its runs).
+    trials_on: dict[str, list[str]] = {}
+    for (k, _rank), actor in sorted(
+        actor_of.items(), key=lambda item: len(seen[item[0]]["runs_before"])
+    ):
+        trials_on.setdefault(actor, []).append(k)
+    # A group whose trial raised is never reused: c is the last trial of its workers.
+    for rank in (0, 1):
+        assert trials_on[actor_of["c", rank]][-1] == "c"
+    # A kept group keeps its ranks: both ranks of a trial ran the same earlier trial.
+    for k in keys:
+        earlier = [trials_on[actor_of[k, r]] for r in (0, 1)]
+        assert earlier[0] == earlier[1], earlier
+
+    for k in keys:
+        result = by_key[k]
+        for rank in (0, 1):
+            s = seen[k, rank]
+            # Its own config, context and (no) checkpoint.
+            assert s["had_checkpoint"] is False
+            assert s["experiment_name"] == os.path.basename(result.path)
+            assert s["world_size"] == 2
+        if k == "c":
+            continue
+        # Its own checkpoint, in its own folder, written by both ranks (ASYNC
+        # uploads on a kept worker: the per-run upload pool).
+        assert result.metrics["key"] == k and result.metrics["after_upload"] is True
+        assert os.path.dirname(result.checkpoint.path) == result.path
+        with result.checkpoint.as_directory() as d:
+            assert sorted(os.listdir(d)) == ["shard_1.json", "state.json"]
+            with open(os.path.join(d, "state.json")) as f:
+                assert json.load(f)["key"] == k
+
+    # What carries over on a kept worker (docs/guide.md, "Reused workers"): module
+    # globals, environment variables, threads the loop left running; the
+    # working directory is the new trial's.
+    followers = [(k, r) for (k, r) in seen if trials_on[actor_of[k, r]].index(k) > 0]
+    assert len(followers) >= 6, trials_on
+    for k, r in followers:
+        s = seen[k, r]
+        before = trials_on[actor_of[k, r]]
+        previous = before[before.index(k) - 1]
+        assert s["runs_before"][-1] == previous
+        assert s["env_left"] == previous
+        assert s["threads_left"] == len(s["runs_before"])
+        assert s["cwd"] != seen[previous, r]["cwd"]
+        assert os.path.basename(by_key[k].path) in s["cwd"]
+
+    # Nothing outlives fit(): no worker, controller or placement group; every CPU free.
+    assert _settled(lambda: alive_actor_ids("RayTrainWorker") & actors, set()) == set()
+    assert _settled(lambda: alive_actor_ids("TrialController"), set()) == set()
+    from ray.util import placement_group_table
+
+    assert not [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert _settled(lambda: ray.available_resources().get("CPU", 0), 4.0) == 4.0
+
+
+@pytest.mark.quick
+def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypatch):
+    """The trainable ``v2.Tuner`` registers keeps its workers between trials exactly
+    when Tune reuses actors, unless ``RAY_TT_EXT_REUSE_WORKERS=0``."""
+    trainer = v2.DataParallelTrainer(
+        reuse_probe_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
+    )
+
+    def keeps(reuse_actors: bool) -> bool:
+        tuner = v2.Tuner(
+            trainer, tune_config=ray.tune.TuneConfig(reuse_actors=reuse_actors)
+        )
+        return tuner._local_tuner.converted_trainable._keep_workers
+
+    monkeypatch.delenv("RAY_TT_EXT_REUSE_WORKERS", raising=False)
+    assert keeps(True) is True
+    assert keeps(False) is False
+    monkeypatch.setenv("RAY_TT_EXT_REUSE_WORKERS", "0")
+    assert keeps(True) is False
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_a_kept_torch_worker_group_gets_a_new_process_group_each_trial(
+    storage_path, workers
+):
+    """Ray's ``TorchTrainer`` over gloo, 2 trials one after the other with
+    ``reuse_actors=True``: the second runs on the first's workers, and its
+    all-reduce works (Ray's ``on_shutdown`` keeps a 1-worker group's process group,
+    which ray_tt_ext destroys before the next run makes its own)."""
+    pytest.importorskip("torch")
+    from ray.train.torch import TorchTrainer
+    from v2_loops import torch_loop
+
+    trainer = TorchTrainer(
+        torch_loop,
+        train_loop_config={"epochs": 1},
+        scaling_config=ray.train.ScalingConfig(num_workers=workers),
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"epochs": ray.tune.grid_search([1, 2])}},
+        tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        run_config=ray.tune.RunConfig(
+            name=f"torch_reuse_{workers}", storage_path=storage_path
+        ),
+    ).fit()
+    assert not results.errors
+    expected = sum(range(1, workers + 1))  # ranks 1 + ... + workers
+    assert [r.metrics["allreduce"] for r in results] == [expected, expected]
+    assert len({r.metrics["worker_actor"] for r in results}) == 1  # the same rank 0
