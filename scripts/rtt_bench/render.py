@@ -42,10 +42,13 @@ def _ratio_rows(section: dict) -> list[str]:
     return rows
 
 
-def _cpu_by_role_table(data: dict) -> list[str]:
-    """``v2_trials``: CPU seconds per trial by kind of process, v2_tuner beside
-    v1_tuner (a run of each with the sampler on)."""
-    flavours = [f for f in ("v2_tuner", "v1_tuner") if "cpu_by_role" in data.get(f, {})]
+def _cpu_by_role_table(
+    data: dict, flavours: tuple[str, ...] = ("v2_tuner", "v1_tuner")
+) -> list[str]:
+    """CPU seconds per trial by kind of process, the ``flavours`` side by side (a
+    run of each with the sampler on): ``v2_tuner`` beside ``v1_tuner`` in
+    ``v2_trials``, a kind's three flavours in ``reuse_trials``."""
+    flavours = [f for f in flavours if "cpu_by_role" in data.get(f, {})]
     if not flavours:
         return []
     n = data["trials"]
@@ -305,6 +308,14 @@ def render(sections: dict[str, Any]) -> str:
                     f"| {entry['reuse_over_plain']:.2f} "
                     f"| {'met' if entry['goal_met'] else 'not met'} |"
                 )
+            for kind, entry in data["kinds"].items():
+                f = entry["flavours"]
+                table = _cpu_by_role_table(
+                    dict(entry, trials=data["trials"]),
+                    (f["reuse"], f["plain"], f["function"]),
+                )
+                if table:
+                    lines += ["", f"**{kind}**"] + table
             if (NOTES / "reuse_trials.md").exists():
                 lines += ["", "### Notes", "", _notes("reuse_trials")]
         elif name == "train_loop_config":

@@ -52,6 +52,12 @@ def bench_reuse_trials(quick: bool, storage: str) -> dict[str, Any]:
             for f, rs in runs.items()
         }
         entry["flavours"] = {"reuse": reuse, "plain": plain, "function": function}
+        # Where the CPU goes (a run of its own each: sampling costs CPU too).
+        for flavour in (reuse, plain, function):
+            roles = _v2_trials_run(flavour, n, cpu=True)["cpu_by_role"]
+            entry[flavour]["cpu_by_role"] = roles
+            total = sum(r["cpu_s"] for r in roles.values())
+            progress(f"reuse_trials {kind} {flavour}: {total / n:.1f} CPU s per trial")
         entry["reuse_over_function"] = statistics.median(to_function)
         entry["reuse_over_plain"] = statistics.median(to_plain)
         entry["round_ratios"] = {"function": to_function, "plain": to_plain}
