@@ -13,6 +13,10 @@ import os
 #: The environment variable Ray reads to pick Train V1 ("0") or V2 ("1").
 V2_ENV_VAR = "RAY_TRAIN_V2_ENABLED"
 
+#: ray_tt_ext's switch for kept workers under ``reuse_actors`` (``_tune_v2``);
+#: a Ray Client's Tuner actor gets the client's value (``_tuner``).
+REUSE_WORKERS_ENV_VAR = "RAY_TT_EXT_REUSE_WORKERS"
+
 #: The public ``ray_tt_ext`` name whose first use set the variable (for messages).
 _ACTIVATED_BY: list[str] = []
 

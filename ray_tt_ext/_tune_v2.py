@@ -17,6 +17,7 @@ from typing import Any, Optional
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint
+from ray_tt_ext._env import REUSE_WORKERS_ENV_VAR
 from ray_tt_ext._storage import StorageContext
 from ray_tt_ext._trainer import conversion
 from ray_tt_ext._tuner import Tuner as _V1Tuner
@@ -43,14 +44,20 @@ def _arguments() -> Any:
 
 _WARNED_NO_RELEASE: list[bool] = []
 
-#: Set to ``0`` to start new workers for every trial even with ``reuse_actors``.
-REUSE_WORKERS_ENV_VAR = "RAY_TT_EXT_REUSE_WORKERS"
+#: The Ray release the kept workers were built and checked on (older Train V2
+#: releases start new workers for every trial).
+_KEEP_WORKERS_SINCE = (2, 60)
 
 
 def keep_workers_enabled() -> bool:
     """Whether a reused trial actor's next trial may run on its last run's
-    workers (driver): on unless ``RAY_TT_EXT_REUSE_WORKERS=0``."""
-    return os.environ.get(REUSE_WORKERS_ENV_VAR, "1") != "0"
+    workers (driver, or the Ray Client Tuner actor, where the Tuner converts
+    the trainer): on Ray 2.60+, unless ``RAY_TT_EXT_REUSE_WORKERS`` is ``0``,
+    ``false``, ``no`` or ``off``."""
+    value = os.environ.get(REUSE_WORKERS_ENV_VAR, "1").strip().lower()
+    if value in {"0", "false", "no", "off"}:
+        return False
+    return _compat.RAY_VERSION.release >= _KEEP_WORKERS_SINCE
 
 
 def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import threading
 import warnings
 from collections.abc import Callable, Iterator
@@ -23,6 +24,7 @@ import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
+from ray_tt_ext._env import REUSE_WORKERS_ENV_VAR
 from ray_tt_ext._executor_hosts import ExecutorHosts
 from ray_tt_ext._payload import (
     check_registered_payload,
@@ -276,6 +278,8 @@ def _remote_tuner_internal_cls(train_v1: bool):
     cluster's default.
     """
     env_vars = _compat.train_v1_runtime_env_vars() if train_v1 else {}
+    if REUSE_WORKERS_ENV_VAR in os.environ:  # read where the trainer is converted
+        env_vars[REUSE_WORKERS_ENV_VAR] = os.environ[REUSE_WORKERS_ENV_VAR]
     return ray.remote(_ClientTunerInternal).options(
         num_cpus=0,
         runtime_env={"env_vars": env_vars},

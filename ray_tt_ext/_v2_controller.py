@@ -76,24 +76,24 @@ class TrialWorkerGroup(_V2.WorkerGroup):
         num_workers: int,
         placement_group: Any,
         resources_per_worker: dict,
-        placement_group_bundle_indices: Optional[list] = None,
-        starting_world_rank: int = 0,
-        world_size: Optional[int] = None,
-        replica_group_size: Optional[int] = None,
+        *args: Any,
+        **kwargs: Any,
     ) -> list:
         """Extends Ray Train V2's ``WorkerGroup._create_workers``; runs in the
         controller actor. The workers the controller kept from its last run
-        (:meth:`TrialController.next_run`), ranks and all, when they fit this
-        group (:class:`_KeptWorkers`) and are idle; otherwise they are killed
-        and Ray starts new ones."""
+        (:meth:`TrialController.next_run`), ranks and all, when this is a whole
+        group (Ray 2.60's bundle indices, starting rank, world size and replica
+        groups at their defaults; Ray 2.55 has none of them) that fits them
+        (:class:`_KeptWorkers`), and they are idle; otherwise they are killed and
+        Ray starts new ones. Ray's other arguments are passed on as given."""
         controller = _this_processes_controller()
         kept = controller.take_kept_workers() if controller is not None else None
         if kept is not None:
-            whole_group = (
-                placement_group_bundle_indices is None
-                and starting_world_rank == 0
-                and world_size in (None, num_workers)
-                and replica_group_size is None
+            whole_group = not args and (
+                kwargs.get("placement_group_bundle_indices") is None
+                and kwargs.get("starting_world_rank", 0) == 0
+                and kwargs.get("world_size") in (None, num_workers)
+                and kwargs.get("replica_group_size") is None
             )
             key = _KeptWorkers.key_of(
                 placement_group, num_workers, resources_per_worker, self._train_run_context
@@ -103,13 +103,7 @@ class TrialWorkerGroup(_V2.WorkerGroup):
                 return kept.workers
             kept.kill()
         return super()._create_workers(
-            num_workers,
-            placement_group,
-            resources_per_worker,
-            placement_group_bundle_indices=placement_group_bundle_indices,
-            starting_world_rank=starting_world_rank,
-            world_size=world_size,
-            replica_group_size=replica_group_size,
+            num_workers, placement_group, resources_per_worker, *args, **kwargs
         )
 
     def keep_workers_at_shutdown(self, keep: Callable[[list], None]) -> None:
@@ -223,8 +217,10 @@ class _KeptWorkers:
         )
 
     def idle(self) -> bool:
-        """Every worker answers, runs no training function and holds no report
-        or error (Ray's ``RayTrainWorker.poll_status``)."""
+        """Every worker answers, runs no training function, holds no report or
+        error, and was told of no preemption of its node (Ray's
+        ``RayTrainWorker.poll_status``; a run that finished just before its
+        node was reclaimed ends with ``FinishedState`` too)."""
         try:
             statuses = ray.get(
                 [w.actor.poll_status.remote() for w in self.workers],
@@ -233,7 +229,10 @@ class _KeptWorkers:
         except Exception:
             return False
         return all(
-            not s.running and s.error is None and s.training_report is None
+            not s.running
+            and s.error is None
+            and s.training_report is None
+            and getattr(s, "preemption_info", None) is None  # not on a draining node
             for s in statuses
         )
 
@@ -418,7 +417,10 @@ class TrialController(_V2.TrainController):
         :meth:`_replay`; ``keep_workers``: a group that ends cleanly keeps its
         workers for the next run (:meth:`next_run`). Called again by
         :meth:`next_run` for each later run of the same actor."""
-        inherited = {k: os.environ[k] for k in env_vars or {} if k in os.environ}
+        # What this process had before the first run set anything (next_run
+        # calls this again, after the first run's update).
+        start_env = self._start_env = getattr(self, "_start_env", None) or dict(os.environ)
+        inherited = {k: start_env[k] for k in env_vars or {} if k in start_env}
         os.environ.update(env_vars or {})
         _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
         self.worker_group_cls = type(
@@ -461,8 +463,8 @@ class TrialController(_V2.TrainController):
 
     def next_run(self, **kwargs: Any) -> bool:
         """Start another run in this actor, with the arguments a new controller
-        would get; ``False`` (nothing changed) unless the last run ended and its
-        ``run()`` returned. Runs in the controller actor; called by the trial
+        would get; ``False`` (nothing changed) unless the last run reached a
+        terminal state, its ``run()`` loop ended and its worker group is gone. Runs in the controller actor; called by the trial
         actor when Tune reuses it for another trial (``_v2_trial``). Ray's
         ``TrainController`` holds one run: ``__init__`` binds it, and every
         attribute a run sets is set there, so calling it again starts afresh
@@ -488,7 +490,9 @@ class TrialController(_V2.TrainController):
         """Extends Ray Train V2's ``TrainController._shutdown_worker_group``; runs in
         the controller actor. With ``keep_workers``, a group that ends because
         training finished (no error, no retry, no abort: those never come
-        here with ``FinishedState`` next), in the trial's placement group and
+        here with ``FinishedState`` next; a run that finished while its node
+        was being preempted does, and :meth:`_KeptWorkers.idle` refuses its
+        workers before the next run), in the trial's placement group and
         with a backend whose setup can be redone (``reusable_backend``), keeps
         its workers alive for the next run; any other group is shut down as
         Ray does, its workers killed."""

@@ -213,6 +213,9 @@ class _TrialRun:
         not run behind it.
         """
         self._aborted = True
+        kept, self.kept_controller = self.kept_controller, None
+        if kept is not None:  # fit() ended before it took the kept controller
+            ray.kill(kept, no_restart=True)
         if report_queue is not None:
             try:
                 ray.kill(report_queue.actor, no_restart=True)

@@ -147,6 +147,13 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.train.v2._internal.execution.worker_group.state:WorkerGroupState.shutdown", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "overrides", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.poll_status", "ray_tt_ext._v2_controller:_KeptWorkers.idle", "uses", "the run's controller actor (kept workers checked before a run)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.context:TrainContext.checkpoint_upload_threadpool", "ray_tt_ext._train_v2:_own_upload_pool", "patches", "Train V2 training worker (its context instance, under a v2.Tuner trial)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.context:MAX_CHECKPOINT_UPLOAD_THREADS", "ray_tt_ext._train_v2:_own_upload_pool", "uses", "Train V2 training worker (the size of Ray's pool)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.run_train_fn", "ray_tt_ext._train_v2:_own_upload_pool", "uses", "Train V2 training worker (it shuts the context's upload pool down when the loop returns)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.shutdown", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "uses", "the run's controller actor (on kept workers, without Ray's ray.kill)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.execute", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "uses", "the run's controller actor (release_process_group on kept workers)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.v2._internal.execution.controller.state:FinishedState", "ray_tt_ext._v2_controller:TrialController._shutdown_worker_group", "uses", "the run's controller actor", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.torch.config:_TorchBackend.on_shutdown", "ray_tt_ext._train_v2:release_process_group", "uses", "Train V2 training worker (Ray destroys the process group only for more than 1 worker)", _BRIDGE_CHECKED, "2.51"),
+    RayOverride("ray.train.backend:BackendConfig", "ray_tt_ext._compat.train_v2_bridge:reusable_backend", "uses", "the run's controller actor (the backends whose workers are kept: Ray's base BackendConfig and TorchConfig)", _BRIDGE_CHECKED, "2.51"),
 )  # fmt: skip
 
 

@@ -25,7 +25,10 @@ def bench_reuse_trials(quick: bool, storage: str) -> dict[str, Any]:
     without, a function trial), the order rotating each round; each ratio is
     the median over rounds of the round's ratio. Goals (issue #28): with reuse
     <= 2x the function trial and <= 0.5x the same trials without reuse."""
-    n, rounds = (4, 1) if quick else (8, 2)
+    # 16 trials, 4 at a time (1-CPU trials; 2 at a time for the 2-worker torch
+    # trials): each reused trial actor runs 4 (8) trials one after another. With
+    # 8, each ran 2, and with reuse at best half the start-ups went away.
+    n, rounds = (4, 1) if quick else (16, 2)
     out: dict[str, Any] = {"trials": n, "rounds": rounds, "kinds": {}}
     for kind, reuse, plain, function in REUSE_KINDS:
         runs: dict[str, list] = {reuse: [], plain: [], function: []}
@@ -54,7 +57,10 @@ def bench_reuse_trials(quick: bool, storage: str) -> dict[str, Any]:
         entry["flavours"] = {"reuse": reuse, "plain": plain, "function": function}
         # Where the CPU goes (a run of its own each: sampling costs CPU too).
         for flavour in (reuse, plain, function):
-            roles = _v2_trials_run(flavour, n, cpu=True)["cpu_by_role"]
+            sampled = _v2_trials_run(flavour, n, cpu=True)
+            if sampled["errors"]:
+                raise RuntimeError(f"{flavour}: {sampled['errors']} trials failed")
+            roles = sampled["cpu_by_role"]
             entry[flavour]["cpu_by_role"] = roles
             total = sum(r["cpu_s"] for r in roles.values())
             progress(f"reuse_trials {kind} {flavour}: {total / n:.1f} CPU s per trial")

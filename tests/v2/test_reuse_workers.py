@@ -140,7 +140,7 @@ def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, t
 @pytest.mark.quick
 def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypatch):
     """The trainable ``v2.Tuner`` registers keeps its workers between trials exactly
-    when Tune reuses actors, unless ``RAY_TT_EXT_REUSE_WORKERS=0``."""
+    when Tune reuses actors, unless ``RAY_TT_EXT_REUSE_WORKERS`` is 0/false/off."""
     trainer = v2.DataParallelTrainer(
         reuse_probe_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
     )
@@ -154,8 +154,9 @@ def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypat
     monkeypatch.delenv("RAY_TT_EXT_REUSE_WORKERS", raising=False)
     assert keeps(True) is True
     assert keeps(False) is False
-    monkeypatch.setenv("RAY_TT_EXT_REUSE_WORKERS", "0")
-    assert keeps(True) is False
+    for off in ("0", "false", "Off"):
+        monkeypatch.setenv("RAY_TT_EXT_REUSE_WORKERS", off)
+        assert keeps(True) is False
 
 
 @pytest.mark.parametrize("workers", [1, 2])
@@ -187,3 +188,44 @@ def test_a_kept_torch_worker_group_gets_a_new_process_group_each_trial(
     expected = sum(range(1, workers + 1))  # ranks 1 + ... + workers
     assert [r.metrics["allreduce"] for r in results] == [expected, expected]
     assert len({r.metrics["worker_actor"] for r in results}) == 1  # the same rank 0
+
+
+def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
+    storage_path, tmp_path
+):
+    """One trial at a time on one reused trial actor: Tune stops ``x`` after its
+    first report (mid-run), so ``w`` starts new workers and a new controller;
+    ``w``'s first group dies and Train's ``FailureConfig`` replaces it, and the
+    group that finished is the one ``z`` runs on."""
+    log_dir = tmp_path / "seen"
+    log_dir.mkdir()
+    trainer = v2.DataParallelTrainer(
+        reuse_probe_loop,
+        train_loop_config={"log_dir": str(log_dir), "crash_key": "w"},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        run_config=ray.train.RunConfig(
+            checkpoint_config=v2.CheckpointConfig(),
+            failure_config=ray.train.FailureConfig(max_failures=1),
+        ),
+    )
+    controllers_before = actors_started("TrialController")
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"key": ray.tune.grid_search(["x", "w", "z"])}},
+        tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        run_config=ray.tune.RunConfig(
+            name="reuse_stop",
+            storage_path=storage_path,
+            stop=lambda trial_id, result: result.get("key") == "x",
+        ),
+    ).fit()
+    assert not results.errors
+    by_key = {r.config["train_loop_config"]["key"]: r for r in results}
+    assert "after_upload" not in by_key["x"].metrics  # stopped mid-run
+    assert by_key["w"].metrics["after_upload"] and by_key["z"].metrics["after_upload"]
+    assert (log_dir / "crashed-w").exists()  # w's first group died
+    actor = {k: s["actor_id"] for (k, _), s in _seen(log_dir).items()}
+    assert actor["w"] != actor["x"]  # x's workers were not kept
+    assert actor["z"] == actor["w"]  # the group that finished w is z's
+    # x's controller went with its run; w's (kept) ran z.
+    assert actors_started("TrialController") - controllers_before == 2

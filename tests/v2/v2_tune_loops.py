@@ -249,11 +249,16 @@ def reuse_probe_loop(config: dict) -> None:
     earlier trials in the same process left: a module global, an environment
     variable, a thread, the working directory), then reports once with a
     checkpoint (every rank its part, uploaded ASYNC) and once without.
-    ``fail_key``: the trial whose rank 0 raises after the first report."""
+    ``fail_key``: the trial whose rank 0 raises after the first report;
+    ``crash_key``: the trial whose first worker group dies before anything."""
     import threading
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
+    marker = os.path.join(config["log_dir"], f"crashed-{config['key']}")
+    if config.get("crash_key") == config["key"] and not os.path.exists(marker):
+        open(marker, "w").close()
+        os._exit(1)  # this group's worker dies once; Train's FailureConfig retries
     seen = {
         "key": config["key"],
         "actor_id": ray.get_runtime_context().get_actor_id(),
