@@ -18,9 +18,16 @@ import ray.tune
 from v2_tune_loops import reuse_probe_loop
 
 import ray_tt_ext.v2 as v2
+from ray_tt_ext import _compat
 from rtt_testing import actors_started, alive_actor_ids
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
+
+#: Kept workers were built on Ray 2.60; older Train V2 releases start new ones.
+KEEPS_WORKERS = _compat.RAY_VERSION.release >= (2, 60)
+needs_kept_workers = pytest.mark.skipif(
+    not KEEPS_WORKERS, reason="workers are kept between trials on Ray >= 2.60"
+)
 
 
 def _seen(log_dir) -> dict[tuple[str, int], dict]:
@@ -43,6 +50,7 @@ def _settled(probe, want, timeout_s: float = 20.0):
         time.sleep(0.5)
 
 
+@needs_kept_workers
 def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, tmp_path):
     """6 trials of a 2-worker trainer, 2 at a time, ``reuse_actors=True``; trial
     ``c`` raises. Every clean trial's workers run the next trial of their trial
@@ -152,13 +160,14 @@ def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypat
         return tuner._local_tuner.converted_trainable._keep_workers
 
     monkeypatch.delenv("RAY_TT_EXT_REUSE_WORKERS", raising=False)
-    assert keeps(True) is True
+    assert keeps(True) is KEEPS_WORKERS  # Ray < 2.60: never
     assert keeps(False) is False
     for off in ("0", "false", "Off"):
         monkeypatch.setenv("RAY_TT_EXT_REUSE_WORKERS", off)
         assert keeps(True) is False
 
 
+@needs_kept_workers
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_kept_torch_worker_group_gets_a_new_process_group_each_trial(
     storage_path, workers
@@ -190,6 +199,7 @@ def test_a_kept_torch_worker_group_gets_a_new_process_group_each_trial(
     assert len({r.metrics["worker_actor"] for r in results}) == 1  # the same rank 0
 
 
+@needs_kept_workers
 def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
     storage_path, tmp_path
 ):

@@ -245,7 +245,9 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
     conversions = []
     real = _v2_trial.make_trainable_cls
     monkeypatch.setattr(
-        _v2_trial, "make_trainable_cls", lambda *a: conversions.append(a[0]) or real(*a)
+        _v2_trial,
+        "make_trainable_cls",
+        lambda *a, **k: conversions.append(a[0]) or real(*a, **k),
     )
     before = settled_object_store_used_mib()
     weights = np.ones(8_000_000)  # 64 MB in train_loop_config
