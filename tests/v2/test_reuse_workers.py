@@ -239,3 +239,37 @@ def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
     assert actor["z"] == actor["w"]  # the group that finished w is z's
     # x's controller went with its run; w's (kept) ran z.
     assert actors_started("TrialController") - controllers_before == 2
+
+
+@needs_kept_workers
+def test_a_loop_of_tuners_keeps_each_tuners_workers_apart(storage_path, tmp_path):
+    """Three ``v2.Tuner`` fits with ``reuse_actors=True``, one after another in one
+    process: each Tuner's second trial runs on its own first trial's worker,
+    and each later Tuner starts its own (the earlier Tuners' workers went with
+    their ``fit()``)."""
+
+    def fit(name: str) -> dict[str, str]:
+        log_dir = tmp_path / name
+        log_dir.mkdir()
+        trainer = v2.DataParallelTrainer(
+            reuse_probe_loop,
+            train_loop_config={"log_dir": str(log_dir)},
+            scaling_config=ray.train.ScalingConfig(num_workers=1),
+        )
+        results = v2.Tuner(
+            trainer,
+            param_space={
+                "train_loop_config": {"key": ray.tune.grid_search([f"{name}1", f"{name}2"])}
+            },
+            tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+            run_config=ray.tune.RunConfig(name=name, storage_path=storage_path),
+        ).fit()
+        assert not results.errors
+        return {k: s["actor_id"] for (k, _), s in _seen(log_dir).items()}
+
+    seen = {name: fit(name) for name in ("a", "b", "c")}
+    for name in ("a", "b", "c"):
+        assert seen[name][f"{name}1"] == seen[name][f"{name}2"], seen  # kept
+    assert len({seen[name][f"{name}1"] for name in ("a", "b", "c")}) == 3, seen
+    used = {a for actors in seen.values() for a in actors.values()}
+    assert _settled(lambda: alive_actor_ids("RayTrainWorker") & used, set()) == set()

@@ -250,15 +250,11 @@ def reuse_probe_loop(config: dict) -> None:
     variable, a thread, the working directory), then reports once with a
     checkpoint (every rank its part, uploaded ASYNC) and once without.
     ``fail_key``: the trial whose rank 0 raises after the first report;
-    ``crash_key``: the trial whose first worker group dies before anything."""
+    ``crash_key``: the trial whose first worker group dies after the first report."""
     import threading
 
     ctx = ray.train.get_context()
     rank = ctx.get_world_rank()
-    marker = os.path.join(config["log_dir"], f"crashed-{config['key']}")
-    if config.get("crash_key") == config["key"] and not os.path.exists(marker):
-        open(marker, "w").close()
-        os._exit(1)  # this group's worker dies once; Train's FailureConfig retries
     seen = {
         "key": config["key"],
         "actor_id": ray.get_runtime_context().get_actor_id(),
@@ -285,6 +281,12 @@ def reuse_probe_loop(config: dict) -> None:
         checkpoint=_state_checkpoint({"step": 0, "key": config["key"]}, filename),
         checkpoint_upload_mode=ray.train.CheckpointUploadMode.ASYNC,
     )
+    marker = os.path.join(config["log_dir"], f"crashed-{config['key']}")
+    if config.get("crash_key") == config["key"] and not os.path.exists(marker):
+        # This group's worker dies once, right after its report returned;
+        # Train's FailureConfig starts a new group from that checkpoint.
+        open(marker, "w").close()
+        os._exit(1)
     if config.get("fail_key") == config["key"] and rank == 0:
         raise ValueError(f"trial {config['key']} failed on purpose")
     ray.train.report({"key": config["key"], "after_upload": True})
