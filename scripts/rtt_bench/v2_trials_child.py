@@ -57,15 +57,16 @@ os.environ.setdefault("RAY_AIR_NEW_OUTPUT", "0")
 CPUS = 4
 
 
-def one_report(config):
-    import ray.train
+def one_report(config, api=None):
+    """One report with a small checkpoint, through ``api`` (``ray.train``; the
+    function trials pass ``ray.tune``)."""
+    if api is None:
+        import ray.train as api
 
     d = tempfile.mkdtemp()
     with open(os.path.join(d, "state.json"), "w") as f:
         json.dump({"lr": config.get("lr", 1.0)}, f)
-    ray.train.report(
-        {"loss": config.get("lr", 1.0)}, checkpoint=ray.train.Checkpoint.from_directory(d)
-    )
+    api.report({"loss": config.get("lr", 1.0)}, checkpoint=api.Checkpoint.from_directory(d))
     time.sleep(config.get("hold_s", 0))  # the memory run: every trial alive at once
 
 
@@ -212,13 +213,7 @@ def function_report(config):
     """The same report from a plain Tune function trial (no Train run)."""
     import ray.tune
 
-    d = tempfile.mkdtemp()
-    with open(os.path.join(d, "state.json"), "w") as f:
-        json.dump({"lr": config.get("lr", 1.0)}, f)
-    ray.tune.report(
-        {"loss": config.get("lr", 1.0)}, checkpoint=ray.tune.Checkpoint.from_directory(d)
-    )
-    time.sleep(config.get("hold_s", 0))
+    one_report(config, api=ray.tune)
 
 
 def rays_pattern(config):
