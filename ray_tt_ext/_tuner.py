@@ -33,6 +33,7 @@ from ray_tt_ext._payload import (
 )
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
 from ray_tt_ext._trainer import conversion, large_value_bytes
+from ray_tt_ext._tune_logs import with_whole_result_logs
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -200,6 +201,18 @@ class _TunerInternal(TunerInternal):
                 f"'{required_trainable_name}'. Fix: pass the trainable (or a "
                 "trainer of the same class) that the original Tuner was given."
             )
+
+    def _get_tune_run_arguments(self, trainable: Any) -> dict[str, Any]:
+        """Ray's arguments for ``tune.run``, with result logs that keep every row.
+
+        Extends Ray's ``TunerInternal._get_tune_run_arguments``; runs on the
+        driver (or the Ray Client Tuner actor). Tune's own JSON and CSV
+        loggers lose the rows a trial reported since the last sync when the
+        trial restarts (PBT); see :mod:`ray_tt_ext._tune_logs`.
+        """
+        arguments = super()._get_tune_run_arguments(trainable)
+        arguments["callbacks"] = with_whole_result_logs(arguments.get("callbacks"))
+        return arguments
 
     def fit(self):
         """Guard the payload, install the checkpoint policy, run Tune.

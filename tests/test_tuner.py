@@ -439,6 +439,37 @@ def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_pa
 
 
 @pytest.mark.quick
+def test_result_logs_get_each_report_once_whatever_loggers_the_user_gives(
+    ray_start_4_cpus, storage_path, monkeypatch
+):
+    """ray_tt_ext's Tuner puts its own JSON and CSV loggers (whole across a
+    trial's restarts, tests/v2 ``test_pbt_moves_a_checkpoint_...``) where Tune
+    would add Ray's: never beside the user's, never against Ray's switch."""
+
+    def lines(result, name):
+        path = os.path.join(result.path, name)
+        return len(Path(path).read_text().splitlines()) if os.path.exists(path) else None
+
+    loggers = [ray.tune.logger.JsonLoggerCallback(), ray.tune.logger.CSVLoggerCallback()]
+    for name, callbacks in [("ours", None), ("theirs", loggers)]:
+        (result,) = Tuner(
+            function_trainable,
+            param_space={"num_reports": 2},
+            run_config=quiet_run_config(storage_path, name, callbacks=callbacks),
+        ).fit()
+        assert (lines(result, "result.json"), lines(result, "progress.csv")) == (2, 3), name
+        assert len(result.metrics_dataframe) == 2
+    monkeypatch.setenv("TUNE_DISABLE_AUTO_CALLBACK_LOGGERS", "1")
+    (result,) = Tuner(
+        function_trainable,
+        param_space={"num_reports": 2},
+        run_config=quiet_run_config(storage_path, "none"),
+    ).fit()
+    assert result.metrics["training_iteration"] == 2
+    assert (lines(result, "result.json"), lines(result, "progress.csv")) == (None, None)
+
+
+@pytest.mark.quick
 def test_restore_is_a_classmethod_only(ray_start_4_cpus, storage_path):
     tuner = Tuner(function_trainable, run_config=quiet_run_config(storage_path, "cm"))
     with pytest.raises(AttributeError, match="classmethod"):

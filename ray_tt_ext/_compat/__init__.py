@@ -110,6 +110,7 @@ from ray.train.data_parallel_trainer import DataParallelTrainer
 from ray.tune.error import TuneError
 from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.impl.tuner_internal import TunerInternal
+from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.result import RESULT_DUPLICATE
 from ray.tune.trainable.function_trainable import FunctionTrainable
 
@@ -128,6 +129,7 @@ __all__ = [
     "BorrowedPlacementGroup",
     "BaseTrainer",
     "CHECKPOINT_DIR_NAME",
+    "CSVLoggerCallback",
     "DataParallelTrainer",
     "Experiment",
     "FUNCTION_SIZE_ERROR_THRESHOLD",
@@ -135,6 +137,7 @@ __all__ = [
     "FunctionTrainable",
     "InactiveWorkerGroup",
     "InactiveWorkerGroupError",
+    "JsonLoggerCallback",
     "MIN_TRAIN_V2_RAY_VERSION",
     "PlacementGroupFactory",
     "RAYS_TUNER_OF_TRAINER_DEPRECATION",

@@ -52,6 +52,8 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride(f"{_TUNER_INTERNAL}._convert_trainable", "ray_tt_ext._tuner:_TunerInternal._convert_trainable", "overrides", "driver / Ray Client Tuner actor"),
     RayOverride(f"{_TUNER_INTERNAL}._validate_trainable", "ray_tt_ext._tuner:_TunerInternal._validate_trainable", "overrides", "driver / Ray Client Tuner actor"),
     RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_TunerInternal.fit", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride(f"{_TUNER_INTERNAL}._get_tune_run_arguments", "ray_tt_ext._tuner:_TunerInternal._get_tune_run_arguments", "extends", "driver / Ray Client Tuner actor"),
+    RayOverride("ray.tune.logger.logger:LoggerCallback._restore_from_remote", "ray_tt_ext._tune_logs:_DriverCopyFirst._restore_from_remote", "overrides", "driver / Ray Client Tuner actor"),
     RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_ClientTunerInternal.fit", "extends", "Ray Client Tuner actor"),
     RayOverride(f"{_TUNER_INTERNAL}.get_results", "ray_tt_ext._tuner:_ClientTunerInternal.get_results", "extends", "Ray Client Tuner actor"),
     RayOverride("ray.tune.experiment:Experiment._storage_context_cls", "ray_tt_ext._storage:checkpoint_policy_installed", "patches", "driver, while a fit runs"),

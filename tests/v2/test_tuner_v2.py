@@ -224,6 +224,11 @@ def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(
         run_config=ray.tune.RunConfig(name="pbt", storage_path=storage_path),
     ).fit()
     assert not results.errors
+    # Every report is in the trial's metrics, also those since the last sync
+    # before PBT paused the trial (Tune's own loggers lose them).
+    for result in results:
+        iterations = list(result.metrics_dataframe["training_iteration"])
+        assert iterations == list(range(1, 7)), (result.path, iterations)
     rows = [row for r in results for _, row in r.metrics_dataframe.iterrows()]
     # A run that started from another trial's checkpoint (lr 1.0's) went on from
     # that checkpoint's step, not from 0 or from its own.
