@@ -26,6 +26,7 @@ from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint, BaseTrainer, Experiment, TunerInternal
 from ray_tt_ext._env import REUSE_WORKERS_ENV_VAR
 from ray_tt_ext._executor_hosts import ExecutorHosts
+from ray_tt_ext._fit_names import fit_name, registry_name, renamed
 from ray_tt_ext._payload import (
     check_registered_payload,
     format_bytes,
@@ -118,6 +119,9 @@ class _TunerInternal(TunerInternal):
             "_storage_context_cls": storage_context_cls,
         }
         self._guarded_trainable: Any = None
+        # The registry name a fit used when another fit held the trainable's own
+        # (ray_tt_ext._fit_names); in tuner.pkl, for Tuner.restore.
+        self._fit_name: Optional[str] = None
         with _speaking_for_tuner_of_trainer(kwargs.get("trainable")):
             super().__init__(**kwargs)
 
@@ -224,15 +228,48 @@ class _TunerInternal(TunerInternal):
         Client Tuner actor).
         """
         trainable = self.converted_trainable
-        if not isinstance(trainable, str):
+        _compat.guard_tune_registry()
+        if isinstance(trainable, str):  # a registered name: Tune's entry as it is
+            names: Any = contextlib.nullcontext(None)
+        else:
             self._guard(trainable)
+            saved = None
+            if self._is_restored:  # its trials keep the name they were saved with
+                saved = getattr(self, "_fit_name", None) or registry_name(trainable)
+            names = fit_name(trainable, saved)
         with (
+            names as name,
             checkpoint_policy_installed(
                 self._run_config.checkpoint_config, self._storage_context_cls
             ),
             self._executor_hosts(trainable),
         ):
+            if name is None or name == registry_name(trainable):
+                return super().fit()
+            return self._fit_registered_as(trainable, name)
+
+    def _fit_registered_as(self, trainable: Any, name: str) -> Any:
+        """Ray's fit, with ``trainable`` registered in Tune as ``name`` (another
+        running fit of this process holds its own name).
+
+        Sets Ray's ``TunerInternal._converted_trainable`` for the length of the
+        fit; runs on the driver (or the Ray Client Tuner actor). A fresh fit
+        writes ``name`` into ``tuner.pkl`` first, for ``Tuner.restore``.
+        """
+        if not self._is_restored:
+            self._fit_name = name
+            fs, path = _compat.experiment_fs_and_path(
+                self._run_config.storage_path,
+                self._run_config.storage_filesystem,
+                self._run_config.name,
+            )
+            with fs.open_output_stream(f"{path}/tuner.pkl") as f:
+                f.write(_compat.ray_cloudpickle.dumps(self.__getstate__()))
+        self._converted_trainable = renamed(trainable, name)
+        try:
             return super().fit()
+        finally:
+            self._converted_trainable = trainable
 
     def _executor_hosts(self, trainable: Any) -> Any:
         """The fit's shared executor hosts, for a trainer with a remote executor.

@@ -768,11 +768,13 @@ def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, stora
     ray.get(counter.put.remote("executors", []))
     results, errors = {}, []
 
-    def fit(name, delay):
+    start = threading.Barrier(2)
+
+    def fit(name):
         try:
-            # Tune's trainable registry is not thread-safe at the same instant
-            # (Ray's own Tuners too, see test_storage): a moment apart.
-            time.sleep(delay)
+            # Both at the same instant: ray_tt_ext locks Tune's trainable registry,
+            # and the second fit registers its trainer under a name of its own.
+            start.wait(timeout=60)
             trainer = RecordingTrainer(
                 failing_or_reporting_loop,
                 scaling_config=ray.train.ScalingConfig(num_workers=1),
@@ -787,7 +789,7 @@ def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, stora
         except BaseException as e:  # reported below, with the thread's name
             errors.append((name, e))
 
-    threads = [threading.Thread(target=fit, args=(f"thread{i}", i)) for i in range(2)]
+    threads = [threading.Thread(target=fit, args=(f"thread{i}",)) for i in range(2)]
     for t in threads:
         t.start()
     for t in threads:

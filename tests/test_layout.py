@@ -21,6 +21,7 @@ LAYERS = {
     "_naming": 2,
     "_params": 2,
     "_tune_logs": 2,
+    "_fit_names": 2,
     "_executor_host": 2,
     "_executor_hosts": 2,
     "_executor": 2,

@@ -51,8 +51,10 @@ from ray_tt_ext._compat.core import (
     add_post_init_hook,
     count_out_of_band_pins,
     current_actor_or_none,
+    experiment_fs_and_path,
     experiment_fs_path,
     force_on_current_node_options,
+    guard_tune_registry,
     is_driver_process,
     note_ref_pickled,
     release_out_of_band_pins,
@@ -112,6 +114,7 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.impl.tuner_internal import TunerInternal
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.result import RESULT_DUPLICATE
+from ray.tune.trainable.function_trainable import wrap_function
 from ray.tune.trainable.function_trainable import FunctionTrainable
 
 # Train V1 activation lives in ``_env`` (it must run before anything imports
@@ -174,8 +177,10 @@ __all__ = [
     "ensure_train_v1",
     "ensure_train_v2",
     "executor_env",
+    "experiment_fs_and_path",
     "experiment_fs_path",
     "force_on_current_node_options",
+    "guard_tune_registry",
     "get_checkpoint",
     "get_session",
     "grpc_max_message_bytes",
@@ -199,5 +204,6 @@ __all__ = [
     "worker_report_synchronously",
     "worker_readers",
     "v2_migration_warnings_enabled",
+    "wrap_function",
     "has_v2_migration_warnings",
 ]

@@ -160,6 +160,51 @@ def experiment_fs_path(
     return Path(Path(fs_path).as_posix(), experiment_dir_name).as_posix()
 
 
+def experiment_fs_and_path(
+    storage_path: str, storage_filesystem: Optional[Any], experiment_dir_name: str
+) -> tuple[Any, str]:
+    """The experiment folder's ``pyarrow`` filesystem and path (driver); see
+    :func:`experiment_fs_path`."""
+    from ray.train._internal.storage import get_fs_and_path
+
+    fs, _ = get_fs_and_path(storage_path, storage_filesystem)
+    return fs, experiment_fs_path(storage_path, storage_filesystem, experiment_dir_name)
+
+
+# -- Tune's trainable registry, one writer at a time (driver) ---------------------------
+
+_REGISTRY_LOCK = threading.RLock()
+
+
+def guard_tune_registry() -> None:
+    """Make Tune's process-wide trainable registry safe for two Tuners in two threads.
+
+    Ray's ``_Registry.register`` adds to a dict that ``_Registry.flush_values``
+    iterates, unlocked: two fits registering at once in one process fail with
+    ``RuntimeError: dictionary changed size during iteration``. Patches
+    ``ray.tune.registry._global_registry``'s ``register``, ``flush_values`` and
+    ``unregister`` to hold one lock; runs on the driver (or the Ray Client
+    Tuner actor), once, when a ray_tt_ext Tuner first fits. Idempotent.
+    """
+    from ray.tune import registry
+
+    target = registry._global_registry
+    with _REGISTRY_LOCK:
+        if getattr(target, "_ray_tt_ext_locked", False):
+            return
+        for name in ("register", "flush_values", "unregister"):
+            setattr(target, name, _locked(getattr(target, name)))
+        target._ray_tt_ext_locked = True
+
+
+def _locked(method: Any) -> Any:
+    def locked(*args: Any, **kwargs: Any) -> Any:
+        with _REGISTRY_LOCK:
+            return method(*args, **kwargs)
+
+    return locked
+
+
 def current_actor_or_none() -> Any:
     """The handle of the actor this code runs in, or ``None`` (driver, task)."""
     try:

@@ -273,3 +273,73 @@ def test_a_loop_of_tuners_keeps_each_tuners_workers_apart(storage_path, tmp_path
     assert len({seen[name][f"{name}1"] for name in ("a", "b", "c")}) == 3, seen
     used = {a for actors in seen.values() for a in actors.values()}
     assert _settled(lambda: alive_actor_ids("RayTrainWorker") & used, set()) == set()
+
+
+@needs_kept_workers
+def test_two_tuners_in_two_threads_keep_their_trainables_and_workers_apart(
+    storage_path, tmp_path
+):
+    """Two ``v2.Tuner`` fits of the same trainer class, started at the same
+    instant in two threads, ``reuse_actors=True``: Tune's registry holds one
+    trainable per name, so the second fit registers its trainer as
+    ``DataParallelTrainer_2`` and each Tuner's trials run its own trainer (its
+    ``log_dir``) on its own kept worker; nothing outlives either ``fit()``."""
+    import threading
+
+    start = threading.Barrier(2)
+    results, errors = {}, []
+
+    def fit(name: str) -> None:
+        try:
+            log_dir = tmp_path / name
+            log_dir.mkdir()
+            trainer = v2.DataParallelTrainer(
+                reuse_probe_loop,
+                train_loop_config={"log_dir": str(log_dir)},
+                scaling_config=ray.train.ScalingConfig(num_workers=1),
+            )
+            tuner = v2.Tuner(
+                trainer,
+                param_space={
+                    "train_loop_config": {
+                        "key": ray.tune.grid_search([f"{name}1", f"{name}2"])
+                    }
+                },
+                tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+                run_config=ray.tune.RunConfig(name=name, storage_path=storage_path),
+            )
+            start.wait(timeout=60)
+            results[name] = tuner.fit()
+        except BaseException as e:  # reported below, with the thread's name
+            errors.append((name, e))
+
+    threads = [threading.Thread(target=fit, args=(name,)) for name in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=300)
+    assert not errors, errors
+    seen = {name: _seen(tmp_path / name) for name in ("a", "b")}
+    for name in ("a", "b"):
+        assert not results[name].errors
+        # Each Tuner's trials ran its own trainer: they wrote into its log_dir only.
+        assert sorted(seen[name]) == [(f"{name}1", 0), (f"{name}2", 0)], seen
+        # Its second trial ran on its first trial's (kept) worker.
+        assert (
+            seen[name][f"{name}1", 0]["actor_id"] == seen[name][f"{name}2", 0]["actor_id"]
+        )
+    actors = {name: {s["actor_id"] for s in seen[name].values()} for name in ("a", "b")}
+    assert not actors["a"] & actors["b"], actors
+    # One Tuner's trials are registered under the trainer's name, the other's
+    # under the next free one (the trial names show it).
+    renamed = {
+        name: {
+            os.path.basename(r.path).startswith("DataParallelTrainer_2_")
+            for r in results[name]
+        }
+        for name in ("a", "b")
+    }
+    assert sorted(renamed.values(), key=str) == [{False}, {True}], renamed
+    used = actors["a"] | actors["b"]
+    assert _settled(lambda: alive_actor_ids("RayTrainWorker") & used, set()) == set()
+    assert _settled(lambda: alive_actor_ids("TrialController"), set()) == set()

@@ -202,6 +202,43 @@ def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
     assert os.path.dirname(result.checkpoint.path) == first.path  # the same run
 
 
+def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
+    storage_path, tmp_path
+):
+    """A fit whose trainer's name another running fit holds (two Tuners in two
+    threads: tests/v2/test_reuse_workers.py) registers as ``<name>_2``;
+    ``v2.Tuner.restore`` resumes its trials under that name, and refuses, with
+    a clear error and nothing run, while another fit holds it."""
+    from ray_tt_ext._fit_names import RegistryNameInUseError, fit_name
+
+    trainer = trainer_for(
+        storage_path, {"steps": 3, "fail_at": 1, "marker": str(tmp_path / "m")}, workers=1
+    )
+    # Stands in for another Tuner's fit running in this process.
+    holder = v2.Tuner(trainer, run_config=ray.tune.RunConfig(storage_path=str(tmp_path)))
+    with fit_name(holder._local_tuner.converted_trainable) as held:
+        assert held == "DataParallelTrainer"
+        run_config = ray.tune.RunConfig(name="second", storage_path=storage_path)
+        (first,) = v2.Tuner(trainer, run_config=run_config).fit()
+        assert isinstance(first.error, ValueError)
+        assert os.path.basename(first.path).startswith("DataParallelTrainer_2_")
+        path = os.path.join(storage_path, "second")
+        (result,) = v2.Tuner.restore(path, trainer, resume_errored=True).fit()
+        assert result.error is None, result.error
+        assert result.path == first.path  # the same trial, resumed
+        assert (result.metrics["start"], result.metrics["step"]) == (1, 2)
+        with fit_name(holder._local_tuner.converted_trainable) as also_held:
+            assert also_held == "DataParallelTrainer_2"
+            tuner = v2.Tuner.restore(path, trainer, resume_errored=True)
+            files = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+            with pytest.raises(RegistryNameInUseError, match=r"once\s+the other Tuner"):
+                tuner.fit()
+            assert (
+                sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+                == files
+            )
+
+
 @pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
 def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(
     storage_path, reuse_actors
