@@ -1,11 +1,12 @@
-"""One Tune registry name per running fit in this process (driver).
+"""One Tune registry name per running fit of a Ray job (driver).
 
-Tune registers a fit's trainable in a process-wide registry under its name (a
+Tune registers a fit's trainable in the Ray job's registry under its name (a
 trainer's class name, a function's name) and builds each trial's actor from
 whatever is registered under that name when the trial starts. Two fits running
-at once in one process (two Tuners in two threads) whose trainables share a
-name share one entry: the first fit's later trials run the second fit's
-trainable (its trainer, its config). Here each running fit holds its name; a
+at once in one Ray job (two Tuners in two threads, also under Ray Client)
+whose trainables share a name share one entry: the first fit's later trials
+run the second fit's trainable (its trainer, its config). Here each running
+fit holds its name (in this process, and in the job's key-value store); a
 fit whose name another running fit holds registers its trainable as
 ``<name>_2`` (``_3``, ...), which its trials' names show, and its
 ``tuner.pkl`` remembers it, so that ``Tuner.restore`` registers the trainable
@@ -24,6 +25,7 @@ from ray_tt_ext import _compat
 _LOCK = threading.Lock()
 #: The registry names the running fits of this process hold.
 _HELD: set[str] = set()
+_KEY = "fit_names/{}"
 
 
 class RegistryNameInUseError(RuntimeError):
@@ -51,36 +53,52 @@ def renamed(trainable: Any, name: str) -> Any:
     return _compat.wrap_function(trainable, name=name)
 
 
+def _claim(name: str) -> Optional[bool]:
+    """Hold ``name`` if no fit of this job holds it (call under ``_LOCK``):
+    ``None`` if another does, else whether the job's key-value store has the
+    claim (other processes of the job: Ray Client Tuner actors)."""
+    if name in _HELD:
+        return None
+    in_store = _compat.claim_job_key(_KEY.format(name))
+    if in_store is False:
+        return None
+    _HELD.add(name)
+    return bool(in_store)
+
+
 @contextlib.contextmanager
 def fit_name(trainable: Any, saved: Optional[str] = None) -> Iterator[str]:
-    """Hold, for the length of a fit, a registry name no other running fit holds.
+    """Hold, for the length of a fit, a registry name no other running fit of
+    this Ray job holds (in this process or, under Ray Client, in another
+    Tuner actor).
 
     The trainable's own name if it is free, else the first free ``name_N``
     (N = 2, 3, ...); ``saved`` (a restored fit's: its trials keep the name they
-    were saved with) is taken as it is, or refused
-    with :class:`RegistryNameInUseError` while another fit holds it. Runs on
-    the driver (or the Ray Client Tuner actor).
+    were saved with) is taken as it is, or refused with
+    :class:`RegistryNameInUseError` while another fit holds it. Runs on the
+    driver (or the Ray Client Tuner actor).
     """
     base = registry_name(trainable)
     with _LOCK:
         if saved is not None:
-            if saved in _HELD:
+            name, in_store = saved, _claim(saved)
+            if in_store is None:
                 raise RegistryNameInUseError(
                     f"The restored experiment's trials are registered as {saved!r}, "
-                    "a name another Tuner in this process holds while it fits: Tune "
+                    "a name another Tuner of this Ray job holds while it fits: Tune "
                     "keeps one trainable per name, so its trials would run the other "
                     "Tuner's trainable. Fix: call fit() on the restored Tuner once "
                     "the other Tuner's fit() has returned."
                 )
-            name = saved
         else:
             name, n = base, 1
-            while name in _HELD:
+            while (in_store := _claim(name)) is None:
                 n += 1
                 name = f"{base}_{n}"
-        _HELD.add(name)
     try:
         yield name
     finally:
         with _LOCK:
             _HELD.discard(name)
+            if in_store:
+                _compat.release_job_key(_KEY.format(name))

@@ -230,6 +230,13 @@ class _TunerInternal(TunerInternal):
         trainable = self.converted_trainable
         _compat.guard_tune_registry()
         if isinstance(trainable, str):  # a registered name: Tune's entry as it is
+            if self._is_restored and getattr(self, "_fit_name", None):
+                raise ValueError(
+                    f"This experiment's trials are registered as {self._fit_name!r} "
+                    "(another Tuner held their trainable's own name when they "
+                    f"started), not as {trainable!r}. Fix: restore it with the "
+                    "trainable or trainer itself instead of its registered name."
+                )
             names: Any = contextlib.nullcontext(None)
         else:
             self._guard(trainable)
@@ -244,27 +251,36 @@ class _TunerInternal(TunerInternal):
             ),
             self._executor_hosts(trainable),
         ):
+            if name is not None and not self._is_restored:
+                self._save_fit_name(None if name == registry_name(trainable) else name)
             if name is None or name == registry_name(trainable):
                 return super().fit()
             return self._fit_registered_as(trainable, name)
 
+    def _save_fit_name(self, fit_name: Optional[str]) -> None:
+        """Write the registry name this fit's trials get (``None``: the
+        trainable's own) into ``tuner.pkl`` when it differs from the one there,
+        for ``Tuner.restore``. Runs on the driver (or the Ray Client Tuner actor)
+        before Tune starts; ``tuner.pkl`` is written as Ray's ``TunerInternal``
+        writes it."""
+        if getattr(self, "_fit_name", None) == fit_name:
+            return
+        self._fit_name = fit_name
+        fs, path = _compat.experiment_fs_and_path(
+            self._run_config.storage_path,
+            self._run_config.storage_filesystem,
+            self._run_config.name,
+        )
+        with fs.open_output_stream(f"{path}/tuner.pkl") as f:
+            f.write(_compat.ray_cloudpickle.dumps(self.__getstate__()))
+
     def _fit_registered_as(self, trainable: Any, name: str) -> Any:
         """Ray's fit, with ``trainable`` registered in Tune as ``name`` (another
-        running fit of this process holds its own name).
+        running fit of this Ray job holds its own name).
 
         Sets Ray's ``TunerInternal._converted_trainable`` for the length of the
-        fit; runs on the driver (or the Ray Client Tuner actor). A fresh fit
-        writes ``name`` into ``tuner.pkl`` first, for ``Tuner.restore``.
+        fit; runs on the driver (or the Ray Client Tuner actor).
         """
-        if not self._is_restored:
-            self._fit_name = name
-            fs, path = _compat.experiment_fs_and_path(
-                self._run_config.storage_path,
-                self._run_config.storage_filesystem,
-                self._run_config.name,
-            )
-            with fs.open_output_stream(f"{path}/tuner.pkl") as f:
-                f.write(_compat.ray_cloudpickle.dumps(self.__getstate__()))
         self._converted_trainable = renamed(trainable, name)
         try:
             return super().fit()

@@ -618,7 +618,7 @@ def failing_or_reporting_loop(config):
         time.sleep(1.0)
         if config.get("fail") and step == 1:
             raise ValueError("this trial's own error")
-        ray.train.report({"step": step})
+        ray.train.report({"step": step, "tag": config.get("tag")})
 
 
 def test_trials_share_one_host_and_one_trials_error_leaves_the_others_alone(
@@ -772,20 +772,22 @@ def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, stora
 
     def fit(name):
         try:
-            # Both at the same instant: ray_tt_ext locks Tune's trainable registry,
-            # and the second fit registers its trainer under a name of its own.
-            start.wait(timeout=60)
             trainer = RecordingTrainer(
                 failing_or_reporting_loop,
+                train_loop_config={"tag": name},
                 scaling_config=ray.train.ScalingConfig(num_workers=1),
                 remote_executor=True,
             )
-            results[name] = Tuner(
+            tuner = Tuner(
                 trainer,
                 run_config=tune_api.RunConfig(
                     storage_path=storage_path, name=name, verbose=0
                 ),
-            ).fit()[0]
+            )
+            # Both at the same instant: ray_tt_ext locks Tune's trainable registry,
+            # and the second fit registers its trainer under a name of its own.
+            start.wait(timeout=60)
+            results[name] = tuner.fit()[0]
         except BaseException as e:  # reported below, with the thread's name
             errors.append((name, e))
 
@@ -797,6 +799,16 @@ def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, stora
     assert not errors, errors
     assert sorted(results) == ["thread0", "thread1"]
     assert all(r.error is None and r.metrics["step"] == 2 for r in results.values())
+    # Each Tuner's trial ran its own trainer (its config), one of them
+    # registered under the trainer's name and the other under the next free one.
+    assert {name: r.metrics["tag"] for name, r in results.items()} == {
+        "thread0": "thread0",
+        "thread1": "thread1",
+    }
+    renamed = sorted(
+        os.path.basename(r.path).startswith("RecordingTrainer_2_") for r in results.values()
+    )
+    assert renamed == [False, True], [r.path for r in results.values()]
     executors = recorded("executors")
     assert all(e["shares_host"] for e in executors)
     assert len({e["pid"] for e in executors}) == 2  # a host per Tuner

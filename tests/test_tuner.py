@@ -450,7 +450,21 @@ def test_result_logs_get_each_report_once_whatever_loggers_the_user_gives(
         path = os.path.join(result.path, name)
         return len(Path(path).read_text().splitlines()) if os.path.exists(path) else None
 
+    from ray_tt_ext._tune_logs import CSVLogger, JsonLogger
+
     loggers = [ray.tune.logger.JsonLoggerCallback(), ray.tune.logger.CSVLoggerCallback()]
+    # What the Tuner gives Tune: ours in place of Ray's; the user's as they are.
+    for callbacks, want in [(None, [CSVLogger, JsonLogger]), (loggers, [])]:
+        tuner = Tuner(function_trainable, run_config=quiet_run_config(storage_path, "x"))
+        tuner._local_tuner._run_config.callbacks = callbacks
+        given = tuner._local_tuner._get_tune_run_arguments(function_trainable)["callbacks"]
+        assert [type(c) for c in given] == [type(c) for c in callbacks or []] + want
+    # A logger Tune adds from RAY_TUNE_CALLBACKS replaces ours too.
+    monkeypatch.setenv("RAY_TUNE_CALLBACKS", "ray.tune.logger.JsonLoggerCallback")
+    tuner._local_tuner._run_config.callbacks = None
+    given = tuner._local_tuner._get_tune_run_arguments(function_trainable)["callbacks"]
+    assert [type(c) for c in given] == [CSVLogger]
+    monkeypatch.delenv("RAY_TUNE_CALLBACKS")
     for name, callbacks in [("ours", None), ("theirs", loggers)]:
         (result,) = Tuner(
             function_trainable,

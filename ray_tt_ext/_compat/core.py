@@ -197,6 +197,30 @@ def guard_tune_registry() -> None:
         target._ray_tt_ext_locked = True
 
 
+def claim_job_key(key: str) -> Optional[bool]:
+    """Put ``key`` in the GCS key-value store unless it is there: ``True`` if
+    this call put it, ``False`` if it was there, ``None`` without a Ray (no
+    other process of the job yet). Keys are per job (Tune's registry is), in
+    ray_tt_ext's namespace. Runs on the driver (or the Ray Client Tuner actor)."""
+    if not ray.is_initialized():
+        return None
+    from ray.experimental.internal_kv import _internal_kv_put
+
+    job_key = f"{ray.get_runtime_context().get_job_id()}/{key}"
+    existed = _internal_kv_put(job_key, b"1", overwrite=False, namespace="ray_tt_ext")
+    return not existed
+
+
+def release_job_key(key: str) -> None:
+    """Delete a key :func:`claim_job_key` put (driver, or the Ray Client Tuner actor)."""
+    if not ray.is_initialized():
+        return
+    from ray.experimental.internal_kv import _internal_kv_del
+
+    job_key = f"{ray.get_runtime_context().get_job_id()}/{key}"
+    _internal_kv_del(job_key, namespace="ray_tt_ext")
+
+
 def _locked(method: Any) -> Any:
     def locked(*args: Any, **kwargs: Any) -> Any:
         with _REGISTRY_LOCK:

@@ -205,19 +205,34 @@ def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
 def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
     storage_path, tmp_path
 ):
-    """A fit whose trainer's name another running fit holds (two Tuners in two
-    threads: tests/v2/test_reuse_workers.py) registers as ``<name>_2``;
+    """A fit whose trainer's name another running fit of the Ray job holds (two
+    Tuners in two threads: tests/v2/test_reuse_workers.py; here another process
+    of the job, as a Ray Client Tuner actor would) registers as ``<name>_2``;
     ``v2.Tuner.restore`` resumes its trials under that name, and refuses, with
     a clear error and nothing run, while another fit holds it."""
     from ray_tt_ext._fit_names import RegistryNameInUseError, fit_name
 
+    def files(path):
+        return sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+
     trainer = trainer_for(
         storage_path, {"steps": 3, "fail_at": 1, "marker": str(tmp_path / "m")}, workers=1
     )
-    # Stands in for another Tuner's fit running in this process.
     holder = v2.Tuner(trainer, run_config=ray.tune.RunConfig(storage_path=str(tmp_path)))
-    with fit_name(holder._local_tuner.converted_trainable) as held:
-        assert held == "DataParallelTrainer"
+    trainable = holder._local_tuner.converted_trainable
+
+    @ray.remote(num_cpus=0)
+    class NameHolder:
+        def hold(self, trainable):
+            self.held = fit_name(trainable)
+            return self.held.__enter__()
+
+        def release(self):
+            self.held.__exit__(None, None, None)
+
+    other_process = NameHolder.remote()
+    assert ray.get(other_process.hold.remote(trainable)) == "DataParallelTrainer"
+    try:
         run_config = ray.tune.RunConfig(name="second", storage_path=storage_path)
         (first,) = v2.Tuner(trainer, run_config=run_config).fit()
         assert isinstance(first.error, ValueError)
@@ -227,16 +242,18 @@ def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
         assert result.error is None, result.error
         assert result.path == first.path  # the same trial, resumed
         assert (result.metrics["start"], result.metrics["step"]) == (1, 2)
-        with fit_name(holder._local_tuner.converted_trainable) as also_held:
+        with fit_name(trainable) as also_held:  # as a fit in this process would
             assert also_held == "DataParallelTrainer_2"
             tuner = v2.Tuner.restore(path, trainer, resume_errored=True)
-            files = sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+            before = files(path)
             with pytest.raises(RegistryNameInUseError, match=r"once\s+the other Tuner"):
                 tuner.fit()
-            assert (
-                sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
-                == files
-            )
+            assert files(path) == before
+    finally:
+        ray.get(other_process.release.remote())
+        ray.kill(other_process)
+    with fit_name(trainable) as free_again:  # every name was given back
+        assert free_again == "DataParallelTrainer"
 
 
 @pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
