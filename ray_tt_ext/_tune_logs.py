@@ -5,8 +5,8 @@ Ray Tune's ``JsonLoggerCallback`` and ``CSVLoggerCallback`` write a trial's
 copies to the storage path every so often. Each time a trial with a checkpoint
 (re)starts, both first copy the storage path's file back over the driver's:
 a trial that PBT paused and resumed loses every row reported since the last
-copy, and ``Result.metrics_dataframe`` lacks them (plain ``ray.tune.Tuner``
-on Ray 2.60, PBT over 6 steps: 4 rows of 6 kept). Once a logger has started a
+copy, and ``Result.metrics_dataframe`` lacks them (a plain ``ray.tune.Tuner``
+under PBT too). Once a logger has started a
 trial in this fit, the driver's file is the newest there is, so these loggers
 copy the storage path's file back only when they start a trial for the first
 time in the fit (a restored trial: as Ray does).

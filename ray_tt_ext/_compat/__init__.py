@@ -116,8 +116,7 @@ from ray.tune.execution.placement_groups import PlacementGroupFactory
 from ray.tune.impl.tuner_internal import TunerInternal
 from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
 from ray.tune.result import RESULT_DUPLICATE
-from ray.tune.trainable.function_trainable import wrap_function
-from ray.tune.trainable.function_trainable import FunctionTrainable
+from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_function
 
 # Train V1 activation lives in ``_env`` (it must run before anything imports
 # ``ray.train``); its variable's name is re-exported for the other modules.
