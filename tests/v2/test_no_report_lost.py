@@ -72,7 +72,7 @@ def _run_config_of_case(spec) -> ray.train.RunConfig:
     )
 
 
-def fit_cases(cases, marker_dir, **run_config):
+def fit_cases(cases, marker_dir, reuse_actors=False, **run_config):
     trainer = v2.DataParallelTrainer(
         dying_loop,
         train_loop_config={"steps": STEPS, "die_after": DIE_AFTER},
@@ -94,6 +94,7 @@ def fit_cases(cases, marker_dir, **run_config):
     results = v2.Tuner(
         trainer,
         param_space=param_space,
+        tune_config=ray.tune.TuneConfig(reuse_actors=reuse_actors),
         run_config=ray.tune.RunConfig(
             failure_config=ray.tune.FailureConfig(max_failures=1), **run_config
         ),
@@ -156,11 +157,20 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
             ], path
 
 
-def test_a_report_that_returned_is_never_lost_whatever_dies_next(storage_path, tmp_path):
+@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
+def test_a_report_that_returned_is_never_lost_whatever_dies_next(
+    storage_path, tmp_path, reuse_actors
+):
+    """With ``reuse_actors=True`` too: a trial actor Tune reuses, and (Ray 2.60+)
+    a worker group kept from a trial that ended cleanly, lose nothing either."""
     import pyarrow.fs
 
     results = fit_cases(
-        CASES, str(tmp_path), name="nothing_lost", storage_path=storage_path
+        CASES,
+        str(tmp_path),
+        reuse_actors=reuse_actors,
+        name="nothing_lost",
+        storage_path=storage_path,
     )
     assert sorted(results) == sorted(CASES)
     for case, result in results.items():

@@ -184,13 +184,15 @@ def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path):
     assert read_step(result.checkpoint) == 0  # the checkpoint before the error
 
 
+@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
 def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
-    storage_path, tmp_path
+    storage_path, tmp_path, reuse_actors
 ):
     config = {"steps": 4, "fail_at": 2, "marker": str(tmp_path / "m")}
     trainer = trainer_for(storage_path, config, workers=1)
     run_config = ray.tune.RunConfig(name="restored", storage_path=storage_path)
-    (first,) = v2.Tuner(trainer, run_config=run_config).fit()
+    tune_config = ray.tune.TuneConfig(reuse_actors=reuse_actors)
+    (first,) = v2.Tuner(trainer, tune_config=tune_config, run_config=run_config).fit()
     assert isinstance(first.error, ValueError)
     tuner = v2.Tuner.restore(
         os.path.join(storage_path, "restored"), trainer, resume_errored=True
