@@ -219,7 +219,9 @@ class _TunerInternal(TunerInternal):
         return arguments
 
     def fit(self):
-        """Guard the payload, install the checkpoint policy, run Tune.
+        """Guard the payload, install the checkpoint policy, run Tune under a
+        registry name no other running fit of the Ray job holds
+        (:mod:`ray_tt_ext._fit_names`).
 
         With a trainer whose ``remote_executor`` is on, the trials share one
         executor host per node for the length of the fit.
