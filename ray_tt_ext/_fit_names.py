@@ -16,11 +16,14 @@ under the name its trials were saved with.
 from __future__ import annotations
 
 import contextlib
+import logging
 import threading
 from collections.abc import Iterator
 from typing import Any, Optional
 
 from ray_tt_ext import _compat
+
+logger = logging.getLogger("ray_tt_ext")
 
 _LOCK = threading.Lock()
 #: The registry names the running fits of this process hold.
@@ -101,4 +104,7 @@ def fit_name(trainable: Any, saved: Optional[str] = None) -> Iterator[str]:
         with _LOCK:
             _HELD.discard(name)
             if in_store:
-                _compat.release_job_key(_KEY.format(name))
+                try:
+                    _compat.release_job_key(_KEY.format(name))
+                except Exception:  # never hide the fit's own outcome
+                    logger.warning("Could not release the registry name %r", name)

@@ -263,8 +263,10 @@ class _TunerInternal(TunerInternal):
         """Write the registry name this fit's trials get (``None``: the
         trainable's own) into ``tuner.pkl`` when it differs from the one there,
         for ``Tuner.restore``. Runs on the driver (or the Ray Client Tuner actor)
-        before Tune starts; ``tuner.pkl`` is written as Ray's ``TunerInternal``
-        writes it."""
+        before Tune starts. Only that entry changes: the state Ray's
+        ``TunerInternal`` saved is read back (not this object's state, which
+        may hold a Ray Client progress queue since), and replaced whole (a new
+        file moved over the old one)."""
         if getattr(self, "_fit_name", None) == fit_name:
             return
         self._fit_name = fit_name
@@ -273,8 +275,12 @@ class _TunerInternal(TunerInternal):
             self._run_config.storage_filesystem,
             self._run_config.name,
         )
-        with fs.open_output_stream(f"{path}/tuner.pkl") as f:
-            f.write(_compat.ray_cloudpickle.dumps(self.__getstate__()))
+        with fs.open_input_stream(f"{path}/tuner.pkl") as f:
+            state = _compat.ray_cloudpickle.loads(f.read())
+        state["_fit_name"] = fit_name
+        with fs.open_output_stream(f"{path}/tuner.pkl.tmp") as f:
+            f.write(_compat.ray_cloudpickle.dumps(state))
+        fs.move(f"{path}/tuner.pkl.tmp", f"{path}/tuner.pkl")
 
     def _fit_registered_as(self, trainable: Any, name: str) -> Any:
         """Ray's fit, with ``trainable`` registered in Tune as ``name`` (another

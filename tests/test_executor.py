@@ -796,6 +796,7 @@ def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, stora
         t.start()
     for t in threads:
         t.join(timeout=150)
+    assert not any(t.is_alive() for t in threads), "a fit did not end"
     assert not errors, errors
     assert sorted(results) == ["thread0", "thread1"]
     assert all(r.error is None and r.metrics["step"] == 2 for r in results.values())

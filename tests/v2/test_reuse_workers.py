@@ -318,6 +318,7 @@ def test_two_tuners_in_two_threads_keep_their_trainables_and_workers_apart(
         t.start()
     for t in threads:
         t.join(timeout=300)
+    assert not any(t.is_alive() for t in threads), "a fit did not end"
     assert not errors, errors
     seen = {name: _seen(tmp_path / name) for name in ("a", "b")}
     for name in ("a", "b"):

@@ -233,8 +233,8 @@ def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
             self.held.__exit__(None, None, None)
 
     other_process = NameHolder.remote()
-    assert ray.get(other_process.hold.remote(trainable)) == "DataParallelTrainer"
     try:
+        assert ray.get(other_process.hold.remote(trainable)) == "DataParallelTrainer"
         run_config = ray.tune.RunConfig(name="second", storage_path=storage_path)
         (first,) = v2.Tuner(trainer, run_config=run_config).fit()
         assert isinstance(first.error, ValueError)
