@@ -50,6 +50,26 @@ def _settled(probe, want, timeout_s: float = 20.0):
         time.sleep(0.5)
 
 
+def _two_trial_tuner(name: str, tmp_path, storage_path) -> v2.Tuner:
+    """A ``v2.Tuner`` named ``name`` of a 1-worker probe trainer writing into
+    ``tmp_path / name``: trials ``<name>1`` then ``<name>2``, ``reuse_actors=True``."""
+    log_dir = tmp_path / name
+    log_dir.mkdir()
+    trainer = v2.DataParallelTrainer(
+        reuse_probe_loop,
+        train_loop_config={"log_dir": str(log_dir)},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+    )
+    return v2.Tuner(
+        trainer,
+        param_space={
+            "train_loop_config": {"key": ray.tune.grid_search([f"{name}1", f"{name}2"])}
+        },
+        tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        run_config=ray.tune.RunConfig(name=name, storage_path=storage_path),
+    )
+
+
 @needs_kept_workers
 def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, tmp_path):
     """6 trials of a 2-worker trainer, 2 at a time, ``reuse_actors=True``; trial
@@ -249,23 +269,9 @@ def test_a_loop_of_tuners_keeps_each_tuners_workers_apart(storage_path, tmp_path
     their ``fit()``)."""
 
     def fit(name: str) -> dict[str, str]:
-        log_dir = tmp_path / name
-        log_dir.mkdir()
-        trainer = v2.DataParallelTrainer(
-            reuse_probe_loop,
-            train_loop_config={"log_dir": str(log_dir)},
-            scaling_config=ray.train.ScalingConfig(num_workers=1),
-        )
-        results = v2.Tuner(
-            trainer,
-            param_space={
-                "train_loop_config": {"key": ray.tune.grid_search([f"{name}1", f"{name}2"])}
-            },
-            tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
-            run_config=ray.tune.RunConfig(name=name, storage_path=storage_path),
-        ).fit()
+        results = _two_trial_tuner(name, tmp_path, storage_path).fit()
         assert not results.errors
-        return {k: s["actor_id"] for (k, _), s in _seen(log_dir).items()}
+        return {k: s["actor_id"] for (k, _), s in _seen(tmp_path / name).items()}
 
     seen = {name: fit(name) for name in ("a", "b", "c")}
     for name in ("a", "b", "c"):
@@ -291,23 +297,7 @@ def test_two_tuners_in_two_threads_keep_their_trainables_and_workers_apart(
 
     def fit(name: str) -> None:
         try:
-            log_dir = tmp_path / name
-            log_dir.mkdir()
-            trainer = v2.DataParallelTrainer(
-                reuse_probe_loop,
-                train_loop_config={"log_dir": str(log_dir)},
-                scaling_config=ray.train.ScalingConfig(num_workers=1),
-            )
-            tuner = v2.Tuner(
-                trainer,
-                param_space={
-                    "train_loop_config": {
-                        "key": ray.tune.grid_search([f"{name}1", f"{name}2"])
-                    }
-                },
-                tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
-                run_config=ray.tune.RunConfig(name=name, storage_path=storage_path),
-            )
+            tuner = _two_trial_tuner(name, tmp_path, storage_path)
             start.wait(timeout=60)
             results[name] = tuner.fit()
         except BaseException as e:  # reported below, with the thread's name
