@@ -440,15 +440,34 @@ def _forget_other_runs(context: Any) -> None:
             del _FOLDERS[other]
 
 
+def _torch_distributed() -> Any:
+    """``torch.distributed`` if this process imported torch and it has a default
+    process group, else ``None`` (never imports torch)."""
+    dist = getattr(sys.modules.get("torch"), "distributed", None)
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist
+    return None
+
+
 def release_process_group() -> None:
     """Destroy this worker's default torch process group, if it has one (runs on
-    a training worker kept for the next trial, after Ray's backend
-    ``on_shutdown``, which leaves a 1-worker group's): the next trial's
-    ``TorchConfig`` setup makes a new one, as on a new worker."""
-    torch = sys.modules.get("torch")
-    dist = getattr(torch, "distributed", None)
-    if dist is not None and dist.is_available() and dist.is_initialized():
+    a kept training worker: at the end of a run whose backend is not torch's,
+    where the loop may have made one itself; before a run whose torch setup
+    cannot keep the one the worker holds): the run's setup makes a new one,
+    as on a new worker."""
+    dist = _torch_distributed()
+    if dist is not None:
         dist.destroy_process_group()
+
+
+def process_group_state() -> Optional[tuple[str, int, int]]:
+    """This worker's default torch process group as (backend, rank, world size),
+    or ``None`` without one (runs on a training worker, before a run's backend
+    setup)."""
+    dist = _torch_distributed()
+    if dist is None:
+        return None
+    return str(dist.get_backend()), dist.get_rank(), dist.get_world_size()
 
 
 class PolicyTrainFn:

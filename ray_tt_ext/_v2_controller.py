@@ -38,6 +38,7 @@ from ray_tt_ext._compat import train_v2_bridge as _V2
 from ray_tt_ext._train_v2 import (
     ControllerBarrier,
     NoDatasetShards,
+    process_group_state,
     release_process_group,
 )
 
@@ -106,13 +107,20 @@ class TrialWorkerGroup(_V2.WorkerGroup):
             num_workers, placement_group, resources_per_worker, *args, **kwargs
         )
 
-    def keep_workers_at_shutdown(self, keep: Callable[[list], None]) -> None:
+    def keep_workers_at_shutdown(
+        self, keep: Callable[[list], None], keep_process_group: bool
+    ) -> None:
         """Make this group's next ``shutdown()`` leave its workers alive and hand
         them to ``keep`` (runs in the controller actor, before Ray's
-        ``WorkerGroup.shutdown``, whose callbacks then run as usual)."""
+        ``WorkerGroup.shutdown``, whose callbacks then run as usual);
+        ``keep_process_group``: their torch process group stays too (a
+        ``TorchConfig`` run: :class:`_TorchSetupKeepingItsGroup`), else any they
+        hold is destroyed."""
         state = self._worker_group_state
         fields = {f.name: getattr(state, f.name) for f in dataclasses.fields(state)}
-        self._worker_group_state = _KeepingState(**fields, keep=keep)
+        self._worker_group_state = _KeepingState(
+            **fields, keep=keep, keep_process_group=keep_process_group
+        )
 
     def _get_worker_runtime_env(self, custom_runtime_env: Any) -> Any:
         """Extends Ray Train V2's ``WorkerGroup._get_worker_runtime_env``; runs in the
@@ -158,22 +166,25 @@ class _KeepingState(_V2.WorkerGroupState):
     :meth:`TrialController._shutdown_worker_group`)."""
 
     keep: Any = None
+    keep_process_group: bool = False
 
     def shutdown(self) -> None:
         """Overrides Ray Train V2's ``WorkerGroupState.shutdown``; runs in the
         controller actor, inside Ray's ``WorkerGroup.shutdown`` (after the
-        callbacks' ``before_worker_group_shutdown``: the backend's
+        callbacks' ``before_execution_group_shutdown``: the backend's
         ``on_shutdown`` ran). As Ray's ``_shutdown_workers`` without its
         ``ray.kill``: the workers' shutdown hooks run, their torch process group
-        goes, and they are handed to ``keep``; a worker that does not answer
-        in time gets Ray's ``ray.kill``, and none is kept."""
+        goes (unless ``keep_process_group``), and they are handed to ``keep``; a
+        worker that does not answer in time gets Ray's ``ray.kill``, and none is
+        kept."""
         workers = list(self.workers)
         try:
             ray.get([w.actor.shutdown.remote() for w in workers], timeout=_KEPT_PATIENCE_S)
-            ray.get(
-                [w.actor.execute.remote(release_process_group) for w in workers],
-                timeout=_KEPT_PATIENCE_S,
-            )
+            if not self.keep_process_group:
+                ray.get(
+                    [w.actor.execute.remote(release_process_group) for w in workers],
+                    timeout=_KEPT_PATIENCE_S,
+                )
         except Exception:
             logger.debug("Kept workers did not shut down cleanly: killed", exc_info=True)
             for worker in workers:
@@ -182,6 +193,64 @@ class _KeepingState(_V2.WorkerGroupState):
             self.keep(workers)
         _V2.worker_group_state_module._shutdown_sync_actor(self.sync_actor)
         self.placement_group_handle.shutdown()
+
+
+#: The torch process group backends a kept group keeps from one run to the next.
+_KEPT_TORCH_BACKENDS = frozenset({"gloo", "nccl"})
+
+
+class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
+    """Ray Train V2's ``BackendSetupCallback`` of a ``TorchConfig`` run whose
+    workers the controller may keep (``reuse_actors``; runs in the controller
+    actor). A kept group keeps its torch process group: the next run that runs
+    on those workers has the same workers in the same ranks, the same world
+    size and the same backend configuration (:class:`_KeptWorkers`), so the
+    group Ray's setup would make again is the one they hold. Ray's setup runs
+    whenever that does not hold."""
+
+    def after_execution_group_start(self, execution_group: Any) -> None:
+        """Overrides Ray Train V2's ``BackendSetupCallback.after_execution_group_start``;
+        runs in the controller actor. When every worker holds the default
+        process group this configuration makes (its backend, gloo or nccl, the
+        group's world size, the worker's rank: kept workers), Ray's setup
+        without making the group: the torch variables (``RANK``, ``LOCAL_RANK``,
+        ...) from the new run's Train context, then the backend's
+        ``on_training_start``. Otherwise the group any worker holds is
+        destroyed, and Ray's setup makes a new one."""
+        backend = _V2.torch_process_group_backend(
+            self._backend_config, execution_group.get_resources_per_worker()
+        )
+        size = len(execution_group)
+        held = execution_group.execute(process_group_state)
+        if backend in _KEPT_TORCH_BACKENDS and held == [
+            (backend, rank, size) for rank in range(size)
+        ]:
+            set_torch_env_vars, _ = _V2.torch_worker_functions()
+            execution_group.execute(set_torch_env_vars)
+            self._backend.on_training_start(execution_group, self._backend_config)
+            logger.debug("Kept the %s process group of %d workers", backend, size)
+            return
+        if any(state is not None for state in held):
+            execution_group.execute(release_process_group)
+        super().after_execution_group_start(execution_group)
+
+    def before_execution_group_shutdown(self, execution_group: Any) -> None:
+        """Overrides Ray Train V2's ``BackendSetupCallback.before_execution_group_shutdown``;
+        runs in the controller actor. A group whose workers the controller
+        keeps (:meth:`TrialWorkerGroup.keep_workers_at_shutdown`) gets Ray's
+        torch shutdown on its workers without the process group's destruction
+        (the CUDA cache is emptied, as Ray does); any other group, Ray's."""
+        state = getattr(execution_group, "_worker_group_state", None)
+        if not (isinstance(state, _KeepingState) and state.keep_process_group):
+            return super().before_execution_group_shutdown(execution_group)
+        _, shutdown_torch = _V2.torch_worker_functions()
+        try:
+            ray.get(
+                execution_group.execute_async(shutdown_torch, destroy_process_group=False),
+                timeout=_KEPT_PATIENCE_S,
+            )
+        except Exception:  # the workers are checked again before they are kept
+            logger.debug("Kept workers' torch shutdown failed", exc_info=True)
 
 
 def _settings(config: Any) -> str:
@@ -451,15 +520,29 @@ class TrialController(_V2.TrainController):
         _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
         _keep_barriers_in_the_controller()
         super().__init__(**kwargs)
-        if _V2.PreemptionCallback is not None:  # the watcher in this actor too
-            self._worker_group_callbacks_to_propagate = [
-                _WatcherInTheController()
-                if type(callback) is _V2.PreemptionCallback
-                else callback
-                for callback in self._worker_group_callbacks_to_propagate
-            ]
+        self._worker_group_callbacks_to_propagate = [
+            self._in_this_controller(callback)
+            for callback in self._worker_group_callbacks_to_propagate
+        ]
         if replay_after is not None:
             self._replay(replay_after)
+
+    def _in_this_controller(self, callback: Any) -> Any:
+        """The worker group callback this controller runs for one of Ray's: Ray's
+        ``PreemptionCallback`` with its watcher in this actor
+        (:class:`_WatcherInTheController`); with ``keep_workers``, the
+        ``BackendSetupCallback`` of a ``TorchConfig`` run keeping its process
+        group (:class:`_TorchSetupKeepingItsGroup`); any other, as given."""
+        if _V2.PreemptionCallback is not None and type(callback) is _V2.PreemptionCallback:
+            return _WatcherInTheController()
+        if (
+            self._keep_workers
+            and type(callback) is _V2.BackendSetupCallback
+            and type(self._train_run_context.backend_config) is _V2.torch_config_class()
+            and hasattr(_V2.BackendSetupCallback, "after_execution_group_start")
+        ):
+            return _TorchSetupKeepingItsGroup(self._train_run_context.backend_config)
+        return callback
 
     def next_run(self, **kwargs: Any) -> bool:
         """Start another run in this actor, with the arguments a new controller
@@ -517,7 +600,13 @@ class TrialController(_V2.TrainController):
                 context.resources_per_worker,
                 self._train_run_context,
             )
-            group.keep_workers_at_shutdown(self._keep)
+            group.keep_workers_at_shutdown(
+                self._keep,
+                keep_process_group=any(
+                    isinstance(c, _TorchSetupKeepingItsGroup)
+                    for c in self._worker_group_callbacks_to_propagate
+                ),
+            )
         super()._shutdown_worker_group()
 
     def _replay(self, tune_checkpoint_path: str) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from collections.abc import Callable
 from typing import Any, Optional
 
 from ray.train.backend import BackendConfig
@@ -31,6 +32,7 @@ from ray_tt_ext._compat.versions import (
 
 try:
     from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
+    from ray.train.v2._internal.callbacks.backend_setup import BackendSetupCallback
     from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
     from ray.train.v2._internal.callbacks.placement_group_callback import (
         PlacementGroupCleanerCallback,
@@ -129,12 +131,47 @@ def reusable_backend(backend_config: Any) -> bool:
     """Whether a worker group of this backend can run another trial's training
     function once its backend's ``on_shutdown`` ran (``_v2_controller``'s kept
     workers): Ray's base ``BackendConfig`` (its ``on_start`` does nothing) and
-    ``TorchConfig`` (its ``on_start`` makes a new process group, once the old one
-    is destroyed: ``_train_v2.release_process_group``). Any other backend's
+    ``TorchConfig`` (the next run keeps the process group, or Ray's ``on_start``
+    makes a new one once the old one is destroyed: ``_v2_controller``'s
+    ``_TorchSetupKeepingItsGroup``). Any other backend's
     state (XGBoost's tracker, JAX's distributed runtime) is not known to
     survive, so its workers are never kept."""
-    torch_config = getattr(sys.modules.get("ray.train.torch.config"), "TorchConfig", None)
-    return type(backend_config) in {BackendConfig, torch_config} - {None}
+    return type(backend_config) in {BackendConfig, torch_config_class()} - {None}
+
+
+def torch_config_class() -> Optional[type]:
+    """Ray's ``TorchConfig``, if something in this process imported it (a run's
+    ``TorchConfig`` arrives pickled, and unpickling it imports it); ``None``
+    otherwise, without importing torch."""
+    return getattr(sys.modules.get("ray.train.torch.config"), "TorchConfig", None)
+
+
+def torch_process_group_backend(backend_config: Any, resources: dict) -> Optional[str]:
+    """The torch process group backend Ray's ``TorchConfig`` setup
+    (``_TorchBackend.on_start``) makes for workers with these resources: the
+    configuration's, else ``nccl`` with GPUs, ``tpu_dist`` with TPUs, ``gloo``;
+    ``None`` for any other backend configuration."""
+    torch_config = torch_config_class()
+    if torch_config is None or type(backend_config) is not torch_config:
+        return None
+    if backend_config.backend is not None:
+        return str(backend_config.backend)
+    if (resources or {}).get("GPU", 0) > 0:
+        return "nccl"
+    if (resources or {}).get("TPU", 0) > 0:
+        return "tpu_dist"
+    return "gloo"
+
+
+def torch_worker_functions() -> tuple[Callable[[], None], Callable[..., None]]:
+    """Ray's ``TorchConfig`` worker functions (imported here, where torch is
+    already loaded): ``_set_torch_distributed_env_vars`` (``RANK``,
+    ``LOCAL_RANK``, ``WORLD_SIZE`` and the rest from the run's Train context)
+    and ``_shutdown_torch`` (empties the CUDA cache; destroys the default process
+    group when asked)."""
+    from ray.train.torch.config import _set_torch_distributed_env_vars, _shutdown_torch
+
+    return _set_torch_distributed_env_vars, _shutdown_torch
 
 
 def propagated_env_vars() -> frozenset[str]:
@@ -144,6 +181,7 @@ def propagated_env_vars() -> frozenset[str]:
 
 __all__ = [
     "BackendConfig",
+    "BackendSetupCallback",
     "CheckpointConfig",
     "DataParallelTrainer",
     "DatasetsCallback",
@@ -167,6 +205,9 @@ __all__ = [
     "controller_env_vars",
     "propagated_env_vars",
     "reusable_backend",
+    "torch_config_class",
+    "torch_process_group_backend",
+    "torch_worker_functions",
     "worker_group_module",
     "worker_group_state_module",
     "wrap_function",

@@ -189,34 +189,40 @@ def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypat
 
 @needs_kept_workers
 @pytest.mark.parametrize("workers", [1, 2])
-def test_a_kept_torch_worker_group_gets_a_new_process_group_each_trial(
+def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     storage_path, workers
 ):
-    """Ray's ``TorchTrainer`` over gloo, 2 trials one after the other with
-    ``reuse_actors=True``: the second runs on the first's workers, and its
-    all-reduce works (Ray's ``on_shutdown`` keeps a 1-worker group's process group,
-    which ray_tt_ext destroys before the next run makes its own)."""
+    """Ray's ``TorchTrainer`` over gloo, 3 trials one after the other with
+    ``reuse_actors=True``, all on the first trial's workers: the second runs in
+    the first's process group (same workers, ranks, world size and backend),
+    with the subgroup the first's loop made; the second's loop destroys it, so
+    the third gets a new one from Ray's setup. Every all-reduce adds up every
+    rank."""
     pytest.importorskip("torch")
     from ray.train.torch import TorchTrainer
     from v2_loops import torch_loop
 
     trainer = TorchTrainer(
         torch_loop,
-        train_loop_config={"epochs": 1},
+        train_loop_config={"epochs": 1, "destroy_after_step": 1},
         scaling_config=ray.train.ScalingConfig(num_workers=workers),
     )
     results = v2.Tuner(
         trainer,
-        param_space={"train_loop_config": {"epochs": ray.tune.grid_search([1, 2])}},
+        param_space={"train_loop_config": {"step": ray.tune.grid_search([0, 1, 2])}},
         tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
         run_config=ray.tune.RunConfig(
             name=f"torch_reuse_{workers}", storage_path=storage_path
         ),
     ).fit()
     assert not results.errors
+    by_step = {r.config["train_loop_config"]["step"]: r.metrics for r in results}
     expected = sum(range(1, workers + 1))  # ranks 1 + ... + workers
-    assert [r.metrics["allreduce"] for r in results] == [expected, expected]
-    assert len({r.metrics["worker_actor"] for r in results}) == 1  # the same rank 0
+    assert [by_step[s]["allreduce"] for s in range(3)] == [expected] * 3
+    assert len({m["worker_actor"] for m in by_step.values()}) == 1  # the same rank 0
+    # kept from step 0 to step 1; destroyed by step 1's loop, so step 2's is new
+    assert [by_step[s]["same_process_group"] for s in range(3)] == [False, True, False]
+    assert by_step[1]["subgroup_sum"] == workers  # step 0's subgroup, kept with it
 
 
 @needs_kept_workers

@@ -75,14 +75,34 @@ def tune_fn(config: dict) -> None:
     trainer.fit()
 
 
+#: The default torch process groups this worker's loops ran in (held, so that no
+#: later group is taken for one of them), and the subgroups they made.
+_WORLD_GROUPS: list = []
+_SUBGROUPS: list = []
+
+
 def torch_loop(config: dict) -> None:
     """DDP on gloo: all-reduce a tensor, Ray Train's barrier and broadcast, save
-    the model with torch.save."""
+    the model with torch.save. Reports whether an earlier loop in this process
+    ran in the same process group; with ``destroy_after_step``, the loop of
+    ``step`` 0 makes a subgroup of every rank, step 1's all-reduces over it
+    (``subgroup_sum``), and the loop whose ``step`` is ``destroy_after_step``
+    destroys the groups when it is done."""
     import ray.train.collective
     import ray.train.torch
     import torch
     import torch.distributed as dist
 
+    world = dist.group.WORLD
+    same_process_group = any(group is world for group in _WORLD_GROUPS)
+    _WORLD_GROUPS.append(world)
+    subgroup_sum = None
+    if "destroy_after_step" in config and config["step"] == 0:
+        _SUBGROUPS.append(dist.new_group(list(range(dist.get_world_size()))))
+    if "destroy_after_step" in config and config["step"] == 1:
+        ones = torch.tensor([1.0])
+        dist.all_reduce(ones, group=_SUBGROUPS[-1])
+        subgroup_sum = float(ones.item())
     model = ray.train.torch.prepare_model(torch.nn.Linear(4, 1))
     rank = ray.train.get_context().get_world_rank()
     for epoch in range(config["epochs"]):
@@ -104,6 +124,8 @@ def torch_loop(config: dict) -> None:
                 "allreduce": float(total.item()),
                 "ranks_given_rank_0s": float(agreed.item()),
                 "worker_actor": ray.get_runtime_context().get_actor_id(),
+                "same_process_group": same_process_group,
+                "subgroup_sum": subgroup_sum,
                 # Ray 2.60's preemption notice (a barrier too); older Rays: none.
                 "preempted": getattr(ray.train, "get_preemption_info", lambda: None)()
                 is not None,
@@ -112,6 +134,8 @@ def torch_loop(config: dict) -> None:
             if ray.train.get_context().get_world_rank() == 0
             else None,
         )
+    if "step" in config and config["step"] == config.get("destroy_after_step"):
+        dist.destroy_process_group()
 
 
 def no_upload_loop(config: dict) -> None:
