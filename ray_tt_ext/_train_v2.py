@@ -460,6 +460,17 @@ def release_process_group() -> None:
         dist.destroy_process_group()
 
 
+def sum_of_ones_over_process_group() -> float:
+    """An all-reduce of 1 over this worker's default torch process group (runs on
+    every kept training worker at once, at the end of a run): the world size
+    when every rank's group is in step; a rank that left a collective pending
+    makes it pair with that one and wait."""
+    torch = sys.modules["torch"]
+    ones = torch.ones(1)
+    _torch_distributed().all_reduce(ones)
+    return float(ones.item())
+
+
 def process_group_state() -> Optional[tuple[str, int, int]]:
     """This worker's default torch process group as (backend, rank, world size),
     or ``None`` without one (runs on a training worker, before a run's backend
@@ -467,7 +478,7 @@ def process_group_state() -> Optional[tuple[str, int, int]]:
     dist = _torch_distributed()
     if dist is None:
         return None
-    return str(dist.get_backend()), dist.get_rank(), dist.get_world_size()
+    return str(dist.get_backend()).lower(), dist.get_rank(), dist.get_world_size()
 
 
 class PolicyTrainFn:

@@ -40,6 +40,7 @@ from ray_tt_ext._train_v2 import (
     NoDatasetShards,
     process_group_state,
     release_process_group,
+    sum_of_ones_over_process_group,
 )
 
 logger = logging.getLogger("ray_tt_ext")
@@ -195,40 +196,48 @@ class _KeepingState(_V2.WorkerGroupState):
         self.placement_group_handle.shutdown()
 
 
-#: The torch process group backends a kept group keeps from one run to the next.
-_KEPT_TORCH_BACKENDS = frozenset({"gloo", "nccl"})
+#: The torch process group backend whose group kept workers keep from one run to
+#: the next: gloo. An NCCL group is made again for each run (a kept one is not
+#: tested here, where there is no GPU).
+_KEPT_TORCH_BACKEND = "gloo"
 
 
 class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
     """Ray Train V2's ``BackendSetupCallback`` of a ``TorchConfig`` run whose
     workers the controller may keep (``reuse_actors``; runs in the controller
-    actor). A kept group keeps its torch process group: the next run that runs
+    actor). A kept group keeps its gloo process group: the next run that runs
     on those workers has the same workers in the same ranks, the same world
     size and the same backend configuration (:class:`_KeptWorkers`), so the
-    group Ray's setup would make again is the one they hold. Ray's setup runs
-    whenever that does not hold."""
+    group Ray's setup would make again is the one they hold. It is checked at
+    the end of each run (every rank holds it, and an all-reduce over it
+    completes) and before the next; Ray's setup runs whenever that does not
+    hold."""
 
-    def after_execution_group_start(self, execution_group: Any) -> None:
-        """Overrides Ray Train V2's ``BackendSetupCallback.after_execution_group_start``;
-        runs in the controller actor. When every worker holds the default
-        process group this configuration makes (its backend, gloo or nccl, the
-        group's world size, the worker's rank: kept workers), Ray's setup
-        without making the group: the torch variables (``RANK``, ``LOCAL_RANK``,
-        ...) from the new run's Train context, then the backend's
-        ``on_training_start``. Otherwise the group any worker holds is
-        destroyed, and Ray's setup makes a new one."""
+    def _holds_its_group(self, execution_group: Any, held: list) -> bool:
+        """Whether every worker holds the group Ray's setup would make for this
+        configuration (gloo: :data:`_KEPT_TORCH_BACKEND`), in its rank."""
         backend = _V2.torch_process_group_backend(
             self._backend_config, execution_group.get_resources_per_worker()
         )
         size = len(execution_group)
+        return (backend or "").lower() == _KEPT_TORCH_BACKEND and held == [
+            (_KEPT_TORCH_BACKEND, rank, size) for rank in range(size)
+        ]
+
+    def after_execution_group_start(self, execution_group: Any) -> None:
+        """Overrides Ray Train V2's ``BackendSetupCallback.after_execution_group_start``;
+        runs in the controller actor. When every worker holds the default
+        process group this configuration makes (gloo, the group's world size,
+        the worker's rank: kept workers), Ray's setup without making the group:
+        the torch variables (``RANK``, ``LOCAL_RANK``, ...) from the new run's
+        Train context, then the backend's ``on_training_start``. Otherwise the
+        group any worker holds is destroyed, and Ray's setup makes a new one."""
         held = execution_group.execute(process_group_state)
-        if backend in _KEPT_TORCH_BACKENDS and held == [
-            (backend, rank, size) for rank in range(size)
-        ]:
+        if self._holds_its_group(execution_group, held):
             set_torch_env_vars, _ = _V2.torch_worker_functions()
             execution_group.execute(set_torch_env_vars)
             self._backend.on_training_start(execution_group, self._backend_config)
-            logger.debug("Kept the %s process group of %d workers", backend, size)
+            logger.debug("Kept the process group of %d workers", len(held))
             return
         if any(state is not None for state in held):
             execution_group.execute(release_process_group)
@@ -237,20 +246,37 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
     def before_execution_group_shutdown(self, execution_group: Any) -> None:
         """Overrides Ray Train V2's ``BackendSetupCallback.before_execution_group_shutdown``;
         runs in the controller actor. A group whose workers the controller
-        keeps (:meth:`TrialWorkerGroup.keep_workers_at_shutdown`) gets Ray's
-        torch shutdown on its workers without the process group's destruction
-        (the CUDA cache is emptied, as Ray does); any other group, Ray's."""
+        keeps (:meth:`TrialWorkerGroup.keep_workers_at_shutdown`) keeps its
+        process group when every rank holds it and an all-reduce over it
+        completes at once with the world size (no rank's collective left
+        pending); a group some rank left or that is not gloo is destroyed; then
+        Ray's torch shutdown on the workers without the group's destruction
+        (the CUDA cache is emptied, as Ray does). Workers that fail any of it
+        (an all-reduce out of step hangs) are killed, so none is kept. Any other
+        group: Ray's ``on_shutdown``."""
         state = getattr(execution_group, "_worker_group_state", None)
         if not (isinstance(state, _KeepingState) and state.keep_process_group):
             return super().before_execution_group_shutdown(execution_group)
+
+        def on_workers(fn: Callable, **kwargs: Any) -> list:
+            return ray.get(
+                execution_group.execute_async(fn, **kwargs), timeout=_KEPT_PATIENCE_S
+            )
+
         _, shutdown_torch = _V2.torch_worker_functions()
         try:
-            ray.get(
-                execution_group.execute_async(shutdown_torch, destroy_process_group=False),
-                timeout=_KEPT_PATIENCE_S,
-            )
-        except Exception:  # the workers are checked again before they are kept
-            logger.debug("Kept workers' torch shutdown failed", exc_info=True)
+            held = on_workers(process_group_state)
+            if self._holds_its_group(execution_group, held):
+                sums = on_workers(sum_of_ones_over_process_group)
+                if sums != [float(len(held))] * len(held):
+                    raise RuntimeError(f"all-reduce of ones over the group: {sums}")
+            elif any(s is not None for s in held):
+                on_workers(release_process_group)
+            on_workers(shutdown_torch, destroy_process_group=False)
+        except Exception:
+            logger.debug("Kept workers' process group failed its check", exc_info=True)
+            for worker in execution_group.get_workers():
+                ray.kill(worker.actor)  # _KeepingState.shutdown then keeps none
 
 
 def _settings(config: Any) -> str:

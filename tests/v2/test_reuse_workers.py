@@ -192,24 +192,36 @@ def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypat
 def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     storage_path, workers
 ):
-    """Ray's ``TorchTrainer`` over gloo, 3 trials one after the other with
-    ``reuse_actors=True``, all on the first trial's workers: the second runs in
-    the first's process group (same workers, ranks, world size and backend),
-    with the subgroup the first's loop made; the second's loop destroys it, so
-    the third gets a new one from Ray's setup. Every all-reduce adds up every
-    rank."""
+    """Ray's ``TorchTrainer`` over gloo, 6 trials one after the other with
+    ``reuse_actors=True`` on one trial actor and run controller. Steps 0 to 2
+    run on step 0's workers: step 1 in step 0's process group (same workers,
+    ranks, world size and backend), with the subgroup step 0's loop made; rank
+    0 of step 1 destroys the group, so step 2 gets a new one from Ray's setup.
+    Step 3's backend configuration differs (another timeout): new workers,
+    which step 4 runs on in their group; rank 0 of step 4 leaves an all-reduce
+    pending, so with 2 workers the group is out of step and step 5 gets new
+    workers (with 1 it completes). Every all-reduce adds up every rank."""
     pytest.importorskip("torch")
-    from ray.train.torch import TorchTrainer
+    from ray.train.torch import TorchConfig, TorchTrainer
     from v2_loops import torch_loop
+
+    def backend_of(spec) -> TorchConfig:  # from step 3 on, another one
+        return TorchConfig(
+            timeout_s=600 if spec.config.train_loop_config.step >= 3 else 900
+        )
 
     trainer = TorchTrainer(
         torch_loop,
-        train_loop_config={"epochs": 1, "destroy_after_step": 1},
+        train_loop_config={"epochs": 1, "destroy_after_step": 1, "pending_after_step": 4},
         scaling_config=ray.train.ScalingConfig(num_workers=workers),
     )
+    controllers_before = actors_started("TrialController")
     results = v2.Tuner(
         trainer,
-        param_space={"train_loop_config": {"step": ray.tune.grid_search([0, 1, 2])}},
+        param_space={
+            "train_loop_config": {"step": ray.tune.grid_search(list(range(6)))},
+            "torch_config": ray.tune.sample_from(backend_of),
+        },
         tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
         run_config=ray.tune.RunConfig(
             name=f"torch_reuse_{workers}", storage_path=storage_path
@@ -218,10 +230,21 @@ def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     assert not results.errors
     by_step = {r.config["train_loop_config"]["step"]: r.metrics for r in results}
     expected = sum(range(1, workers + 1))  # ranks 1 + ... + workers
-    assert [by_step[s]["allreduce"] for s in range(3)] == [expected] * 3
-    assert len({m["worker_actor"] for m in by_step.values()}) == 1  # the same rank 0
-    # kept from step 0 to step 1; destroyed by step 1's loop, so step 2's is new
-    assert [by_step[s]["same_process_group"] for s in range(3)] == [False, True, False]
+    assert [by_step[s]["allreduce"] for s in range(6)] == [expected] * 6
+    # one trial actor, so one controller: every refusal below is ray_tt_ext's
+    assert actors_started("TrialController") - controllers_before == 1
+    rank_0 = [by_step[s]["worker_actor"] for s in range(6)]
+    assert rank_0[0] == rank_0[1] == rank_0[2] != rank_0[3] == rank_0[4]
+    assert (rank_0[5] == rank_0[4]) is (workers == 1)  # out of step: not kept
+    # kept from step 0 to 1 and from 3 to 4; left by step 1's rank 0: new at step 2
+    assert [by_step[s]["same_process_group"] for s in range(6)] == [
+        False,
+        True,
+        False,
+        False,
+        True,
+        workers == 1,
+    ]
     assert by_step[1]["subgroup_sum"] == workers  # step 0's subgroup, kept with it
 
 

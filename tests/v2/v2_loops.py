@@ -86,8 +86,9 @@ def torch_loop(config: dict) -> None:
     the model with torch.save. Reports whether an earlier loop in this process
     ran in the same process group; with ``destroy_after_step``, the loop of
     ``step`` 0 makes a subgroup of every rank, step 1's all-reduces over it
-    (``subgroup_sum``), and the loop whose ``step`` is ``destroy_after_step``
-    destroys the groups when it is done."""
+    (``subgroup_sum``); when the loop's ``step`` is ``destroy_after_step``, rank
+    0 destroys the groups when it is done, and when it is
+    ``pending_after_step``, rank 0 leaves an all-reduce pending."""
     import ray.train.collective
     import ray.train.torch
     import torch
@@ -134,8 +135,12 @@ def torch_loop(config: dict) -> None:
             if ray.train.get_context().get_world_rank() == 0
             else None,
         )
-    if "step" in config and config["step"] == config.get("destroy_after_step"):
-        dist.destroy_process_group()
+    if "step" in config and rank == 0:
+        if config["step"] == config.get("destroy_after_step"):
+            dist.destroy_process_group()  # on rank 0 only: the others still hold it
+        if config["step"] == config.get("pending_after_step"):
+            # an all-reduce no other rank joins, never waited for: out of step
+            _SUBGROUPS.append(dist.all_reduce(torch.ones(1), async_op=True))
 
 
 def no_upload_loop(config: dict) -> None:
