@@ -248,6 +248,52 @@ def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     assert by_step[1]["subgroup_sum"] == workers  # step 0's subgroup, kept with it
 
 
+#: The (number of workers, CPUs per worker) of each trial of the test below.
+_SHAPES = {"a": (1, 1.0), "b": (2, 1.0), "c": (1, 0.5)}
+
+
+def _shape(spec, field: int):
+    return _SHAPES[spec.config.train_loop_config.key][field]
+
+
+@needs_kept_workers
+def test_a_group_of_another_size_or_resources_runs_on_new_workers(storage_path, tmp_path):
+    """Trials one after the other with ``reuse_actors=True`` whose scaling differs
+    (``param_space``): 1 worker, 2 workers, then 1 worker with half a CPU. No
+    trial runs on a worker of another: Tune reuses a trial actor only for the
+    same bundles, and ray_tt_ext keeps a group only for the same number of
+    workers and resources; the test holds either to it (a canary for a Ray
+    whose Tune would reuse across shapes)."""
+    log_dir = tmp_path / "seen"
+    log_dir.mkdir()
+    trainer = v2.DataParallelTrainer(
+        reuse_probe_loop,
+        train_loop_config={"log_dir": str(log_dir)},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={
+            "train_loop_config": {"key": ray.tune.grid_search(list(_SHAPES))},
+            "scaling_config": {
+                "num_workers": ray.tune.sample_from(lambda spec: _shape(spec, 0)),
+                "resources_per_worker": ray.tune.sample_from(
+                    lambda spec: {"CPU": _shape(spec, 1)}
+                ),
+            },
+        },
+        tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        run_config=ray.tune.RunConfig(name="reuse_shapes", storage_path=storage_path),
+    ).fit()
+    assert not results.errors
+    actors: dict[str, set] = {}
+    for (key, _), seen in _seen(log_dir).items():
+        actors.setdefault(key, set()).add(seen["actor_id"])
+    assert {k: len(v) for k, v in actors.items()} == {"a": 1, "b": 2, "c": 1}
+    assert not actors["a"] & actors["b"]
+    assert not actors["c"] & (actors["a"] | actors["b"])
+
+
 @needs_kept_workers
 def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
     storage_path, tmp_path
