@@ -463,8 +463,9 @@ def release_process_group() -> None:
 def sum_of_ones_over_process_group() -> float:
     """An all-reduce of 1 over this worker's default torch process group (runs on
     every kept training worker at once, at the end of a run): the world size
-    when every rank's group is in step; a rank that left a collective pending
-    makes it pair with that one and wait."""
+    when every rank's group is in step. When a rank left a collective pending,
+    the other ranks' all-reduces pair with that one and return, and that
+    rank's waits for a partner that never comes (the caller's timeout)."""
     torch = sys.modules["torch"]
     ones = torch.ones(1)
     _torch_distributed().all_reduce(ones)

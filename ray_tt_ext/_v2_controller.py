@@ -155,8 +155,8 @@ def _tune_deletes(fs: Any, fs_path: str) -> None:
     logger.debug("Checkpoint %s left for Tune to delete", fs_path)
 
 
-#: How long kept workers get to answer: their shutdown hooks, the release of
-#: their process group, their status before the next run (seconds).
+#: How long kept workers get to answer: their shutdown hooks, the check or the
+#: release of their process group, their status before the next run (seconds).
 _KEPT_PATIENCE_S = 5.0
 
 
@@ -177,9 +177,12 @@ class _KeepingState(_V2.WorkerGroupState):
         ``ray.kill``: the workers' shutdown hooks run, their torch process group
         goes (unless ``keep_process_group``), and they are handed to ``keep``; a
         worker that does not answer in time gets Ray's ``ray.kill``, and none is
-        kept."""
+        kept; nor are any once ``keep`` is ``None`` (a callback refused them:
+        :meth:`_TorchSetupKeepingItsGroup.before_execution_group_shutdown`)."""
         workers = list(self.workers)
         try:
+            if self.keep is None:
+                raise RuntimeError("the group's process group failed its check")
             ray.get([w.actor.shutdown.remote() for w in workers], timeout=_KEPT_PATIENCE_S)
             if not self.keep_process_group:
                 ray.get(
@@ -248,12 +251,15 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
         runs in the controller actor. A group whose workers the controller
         keeps (:meth:`TrialWorkerGroup.keep_workers_at_shutdown`) keeps its
         process group when every rank holds it and an all-reduce over it
-        completes at once with the world size (no rank's collective left
-        pending); a group some rank left or that is not gloo is destroyed; then
-        Ray's torch shutdown on the workers without the group's destruction
-        (the CUDA cache is emptied, as Ray does). Workers that fail any of it
-        (an all-reduce out of step hangs) are killed, so none is kept. Any other
-        group: Ray's ``on_shutdown``."""
+        completes within :data:`_KEPT_PATIENCE_S` with the world size (no
+        collective a rank left pending on it); a group some rank left or that
+        is not gloo is destroyed; then Ray's torch shutdown on the workers
+        without the group's destruction (the CUDA cache is emptied, as Ray
+        does). Workers that fail any of it (an all-reduce out of step waits)
+        are killed by ``_KeepingState.shutdown``, none kept. Not checked:
+        subgroups the loop made, point-to-point sends and receives left
+        pending, threads the loop left issuing collectives. Any other group:
+        Ray's ``on_shutdown``."""
         state = getattr(execution_group, "_worker_group_state", None)
         if not (isinstance(state, _KeepingState) and state.keep_process_group):
             return super().before_execution_group_shutdown(execution_group)
@@ -275,8 +281,8 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
             on_workers(shutdown_torch, destroy_process_group=False)
         except Exception:
             logger.debug("Kept workers' process group failed its check", exc_info=True)
-            for worker in execution_group.get_workers():
-                ray.kill(worker.actor)  # _KeepingState.shutdown then keeps none
+            # _KeepingState.shutdown kills them and keeps none (a hung rank too)
+            execution_group._worker_group_state = dataclasses.replace(state, keep=None)
 
 
 def _settings(config: Any) -> str:
