@@ -248,6 +248,30 @@ def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     assert by_step[1]["subgroup_sum"] == workers  # step 0's subgroup, kept with it
 
 
+@needs_kept_workers
+def test_a_process_group_the_loop_made_itself_goes_when_its_workers_are_kept(
+    storage_path,
+):
+    """Ray's base ``BackendConfig`` makes no process group; a loop that makes one
+    itself leaves none to the next trial on the same worker."""
+    pytest.importorskip("torch")
+    from v2_loops import own_process_group_loop
+
+    trainer = v2.DataParallelTrainer(
+        own_process_group_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"step": ray.tune.grid_search([0, 1])}},
+        tune_config=ray.tune.TuneConfig(reuse_actors=True, max_concurrent_trials=1),
+        run_config=ray.tune.RunConfig(name="own_group", storage_path=storage_path),
+    ).fit()
+    assert not results.errors
+    by_step = {r.config["train_loop_config"]["step"]: r.metrics for r in results}
+    assert by_step[0]["worker_actor"] == by_step[1]["worker_actor"]  # kept
+    assert [by_step[s]["held_a_group_at_start"] for s in (0, 1)] == [False, False]
+
+
 #: The (number of workers, CPUs per worker) of each trial of the test below.
 _SHAPES = {"a": (1, 1.0), "b": (2, 1.0), "c": (1, 0.5)}
 

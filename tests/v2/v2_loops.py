@@ -168,3 +168,26 @@ def tune_checkpoints_fn(config: dict) -> None:
         with open(os.path.join(d, "state.json"), "w") as f:
             json.dump({"step": step}, f)
         ray.tune.report({"step": step}, checkpoint=ray.tune.Checkpoint.from_directory(d))
+
+
+def own_process_group_loop(config: dict) -> None:
+    """A loop under Ray's base ``BackendConfig`` that makes torch's process group
+    itself (1 rank, gloo) and reports whether this worker held one when it began."""
+    import socket
+
+    import torch.distributed as dist
+
+    held = dist.is_initialized()
+    if not held:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        dist.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1
+        )
+    ray.train.report(
+        {
+            "held_a_group_at_start": held,
+            "worker_actor": ray.get_runtime_context().get_actor_id(),
+        }
+    )
