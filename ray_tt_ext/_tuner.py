@@ -253,13 +253,10 @@ class _TunerInternal(TunerInternal):
             ),
             self._executor_hosts(trainable),
         ):
-            if name is None or name == registry_name(trainable):
-                if name is not None and not self._is_restored:
-                    self._save_fit_name(None)
-                return super().fit()
-            if not self._is_restored:
-                self._save_fit_name(name)
-            return self._fit_registered_as(trainable, name)
+            own_name = name is None or name == registry_name(trainable)
+            if name is not None and not self._is_restored:
+                self._save_fit_name(None if own_name else name)
+            return super().fit() if own_name else self._fit_registered_as(trainable, name)
 
     def _save_fit_name(self, fit_name: Optional[str]) -> None:
         """Write the registry name this fit's trials get (``None``: the

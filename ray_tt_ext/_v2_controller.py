@@ -223,7 +223,7 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
             self._backend_config, execution_group.get_resources_per_worker()
         )
         size = len(execution_group)
-        return (backend or "").lower() == _KEPT_TORCH_BACKEND and held == [
+        return backend == _KEPT_TORCH_BACKEND and held == [
             (_KEPT_TORCH_BACKEND, rank, size) for rank in range(size)
         ]
 
@@ -571,8 +571,7 @@ class TrialController(_V2.TrainController):
             self._keep_workers
             and type(callback) is _V2.BackendSetupCallback
             and type(self._train_run_context.backend_config) is _V2.torch_config_class()
-            and hasattr(_V2.BackendSetupCallback, "after_execution_group_start")
-        ):
+        ):  # keep_workers: Ray 2.60+, whose callback has the execution-group hooks
             return _TorchSetupKeepingItsGroup(self._train_run_context.backend_config)
         return callback
 

@@ -149,13 +149,14 @@ def torch_config_class() -> Optional[type]:
 def torch_process_group_backend(backend_config: Any, resources: dict) -> Optional[str]:
     """The torch process group backend Ray's ``TorchConfig`` setup
     (``_TorchBackend.on_start``) makes for workers with these resources: the
-    configuration's, else ``nccl`` with GPUs, ``tpu_dist`` with TPUs, ``gloo``;
-    ``None`` for any other backend configuration."""
+    configuration's (lowercase, as torch names it), else ``nccl`` with GPUs,
+    ``tpu_dist`` with TPUs, ``gloo``; ``None`` for any other backend
+    configuration."""
     torch_config = torch_config_class()
     if torch_config is None or type(backend_config) is not torch_config:
         return None
     if backend_config.backend is not None:
-        return str(backend_config.backend)
+        return str(backend_config.backend).lower()
     if (resources or {}).get("GPU", 0) > 0:
         return "nccl"
     if (resources or {}).get("TPU", 0) > 0:

@@ -76,9 +76,11 @@ def tune_fn(config: dict) -> None:
 
 
 #: The default torch process groups this worker's loops ran in (held, so that no
-#: later group is taken for one of them), and the subgroups they made.
+#: later group is taken for one of them), the subgroups they made, and the
+#: all-reduces they left pending.
 _WORLD_GROUPS: list = []
 _SUBGROUPS: list = []
+_PENDING: list = []
 
 
 def torch_loop(config: dict) -> None:
@@ -140,7 +142,7 @@ def torch_loop(config: dict) -> None:
             dist.destroy_process_group()  # on rank 0 only: the others still hold it
         if config["step"] == config.get("pending_after_step"):
             # an all-reduce no other rank joins, never waited for: out of step
-            _SUBGROUPS.append(dist.all_reduce(torch.ones(1), async_op=True))
+            _PENDING.append(dist.all_reduce(torch.ones(1), async_op=True))
 
 
 def no_upload_loop(config: dict) -> None:
