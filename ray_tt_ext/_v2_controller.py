@@ -1,33 +1,40 @@
-"""The run's controller actor of a ``ray_tt_ext.v2.Tuner(trainer)`` trial.
+"""The run's controller of a ``ray_tt_ext.v2.Tuner(trainer)`` trial.
 
-What runs in that actor's process (one Train V2 run; the actor sits in the
-trial's placement group, with no resources of its own); the trial actor only
-builds the callbacks it gives the controller (:class:`TuneReportBridge`,
-:func:`without_idle_dataset_manager`):
+Ray runs each Train V2 run's controller as an actor of its own. Here it runs
+in the Tune trial actor's process, on an event loop thread of its own
+(:class:`ControllerHost`): a Python process fewer per trial. What runs there
+(one Train V2 run at a time); the trial side only builds the callbacks it
+gives the controller (:class:`TuneReportBridge`,
+:func:`without_idle_dataset_manager`) and passes the workers' calls on:
 
 * :class:`TrialController`: Ray's ``TrainController`` whose worker group
   starts in the trial's placement group, which Tune reserved from the
   trainer's ``ScalingConfig``; Tune removes it when the trial stops, and the
   workers with it. A worker's ``report()`` returns once the run recorded the
   report and Tune took it; the trial takes rank 0's reports from it directly.
-  On Ray 2.60, the worker groups' barrier (Ray's ``SynchronizationActor``) and
-  Ray's ``PreemptionWatcher``, an actor each per worker group in Ray's
-  controller, run in it (Ray 2.55: Ray's barrier actor).
+  On Ray 2.60, the worker groups' barrier (Ray's ``SynchronizationActor``)
+  runs on a second event loop thread, and Ray's ``PreemptionWatcher`` as a
+  thread, where Ray starts an actor each per worker group.
 * :class:`TrialWorkerGroup`: Ray's ``WorkerGroup`` in the trial's bundles.
 * :class:`TuneReportBridge` (a V2 ``UserCallback``): hands rank 0's metrics and
   the checkpoint to the trial, in order, once the run recorded them.
+* :class:`ControllerHost`: the two event loop threads, and the way in for the
+  workers' calls, which reach the trial actor (``_v2_trial.V2Trial``).
 
-The trial side (the Tune trial actor) is ``_v2_trial``.
+The trial side (the Tune trial actor's Tune and training threads) is ``_v2_trial``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import concurrent.futures
 import dataclasses
 import inspect
+import itertools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from typing import Any, Optional
@@ -51,8 +58,8 @@ class _TunePlacementGroupHandle(_V2.DefaultPlacementGroupHandle):
     shutting the worker group down leaves it (Tune removes it with the trial)."""
 
     def shutdown(self) -> None:
-        """Overrides Ray Train V2's ``DefaultPlacementGroupHandle.shutdown``; runs in
-        the controller actor. Tune removes the trial's placement group itself."""
+        """Overrides Ray Train V2's ``DefaultPlacementGroupHandle.shutdown``; runs on
+        the controller's event loop (trial actor). Tune removes the trial's placement group itself."""
 
 
 class TrialWorkerGroup(_V2.WorkerGroup):
@@ -65,8 +72,8 @@ class TrialWorkerGroup(_V2.WorkerGroup):
     inherited_env: dict = {}
 
     def _create_placement_group(self, scaling_config: Any, worker_group_context: Any):
-        """Overrides Ray Train V2's ``WorkerGroup._create_placement_group``; runs in
-        the controller actor. The trial's placement group when its bundles fit
+        """Overrides Ray Train V2's ``WorkerGroup._create_placement_group``; runs on
+        the controller's event loop (trial actor). The trial's placement group when its bundles fit
         the worker group (one per worker); else Ray's own (a resized group)."""
         pg = self.trial_placement_group
         if pg is not None and len(pg.bundle_specs) == worker_group_context.num_workers:
@@ -82,7 +89,7 @@ class TrialWorkerGroup(_V2.WorkerGroup):
         **kwargs: Any,
     ) -> list:
         """Extends Ray Train V2's ``WorkerGroup._create_workers``; runs in the
-        controller actor. The workers the controller kept from its last run
+        controller's event loop. The workers the controller kept from its last run
         (:meth:`TrialController.next_run`), ranks and all, when this is a whole
         group (Ray 2.60's bundle indices, starting rank, world size and replica
         groups at their defaults; Ray 2.55 has none of them) that fits them
@@ -112,7 +119,7 @@ class TrialWorkerGroup(_V2.WorkerGroup):
         self, keep: Callable[[list], None], keep_process_group: bool
     ) -> None:
         """Make this group's next ``shutdown()`` leave its workers alive and hand
-        them to ``keep`` (runs in the controller actor, before Ray's
+        them to ``keep`` (runs on the controller's event loop, before Ray's
         ``WorkerGroup.shutdown``, whose callbacks then run as usual);
         ``keep_process_group``: their torch process group stays too (a
         ``TorchConfig`` run: :class:`_TorchSetupKeepingItsGroup`), else any they
@@ -125,7 +132,7 @@ class TrialWorkerGroup(_V2.WorkerGroup):
 
     def _get_worker_runtime_env(self, custom_runtime_env: Any) -> Any:
         """Extends Ray Train V2's ``WorkerGroup._get_worker_runtime_env``; runs in the
-        controller actor. Ray sets ``env_vars`` on every worker's runtime env (the
+        controller's event loop. Ray sets ``env_vars`` on every worker's runtime env (the
         Ray Train variables to propagate), even when the worker process has them
         already: a runtime env of its own is a new Python process per worker
         instead of one of Ray's started workers. Left out when every variable
@@ -143,8 +150,8 @@ class TrialWorkerGroup(_V2.WorkerGroup):
 
 
 def _tune_deletes(fs: Any, fs_path: str) -> None:
-    """Patches Ray Train V2's ``checkpoint_manager.delete_fs_path`` in the controller
-    actor of a ``ray_tt_ext.v2.Tuner`` trial (a process of that run alone).
+    """Patches Ray Train V2's ``checkpoint_manager.delete_fs_path`` in the controller's
+    event loop of a ``ray_tt_ext.v2.Tuner`` trial (a process of that run alone).
 
     The run's checkpoint manager applies the trial's retention (the same
     policy, the same algorithm: both are Ray's ``_CheckpointManager``) and drops
@@ -171,7 +178,7 @@ class _KeepingState(_V2.WorkerGroupState):
 
     def shutdown(self) -> None:
         """Overrides Ray Train V2's ``WorkerGroupState.shutdown``; runs in the
-        controller actor, inside Ray's ``WorkerGroup.shutdown`` (after the
+        controller's event loop, inside Ray's ``WorkerGroup.shutdown`` (after the
         callbacks' ``before_execution_group_shutdown``: the backend's
         ``on_shutdown`` ran). As Ray's ``_shutdown_workers`` without its
         ``ray.kill``: the workers' shutdown hooks run, their torch process group
@@ -207,8 +214,8 @@ _KEPT_TORCH_BACKEND = "gloo"
 
 class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
     """Ray Train V2's ``BackendSetupCallback`` of a ``TorchConfig`` run whose
-    workers the controller may keep (``reuse_actors``; runs in the controller
-    actor). A kept group keeps its gloo process group: the next run that runs
+    workers the controller may keep (``reuse_actors``; runs in the controller's
+    event loop). A kept group keeps its gloo process group: the next run that runs
     on those workers has the same workers in the same ranks, the same world
     size and the same backend configuration (:class:`_KeptWorkers`), so the
     group Ray's setup would make again is the one they hold. It is checked at
@@ -229,7 +236,7 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
 
     def after_execution_group_start(self, execution_group: Any) -> None:
         """Overrides Ray Train V2's ``BackendSetupCallback.after_execution_group_start``;
-        runs in the controller actor. When every worker holds the default
+        runs on the controller's event loop (trial actor). When every worker holds the default
         process group this configuration makes (gloo, the group's world size,
         the worker's rank: kept workers), Ray's setup without making the group:
         the torch variables (``RANK``, ``LOCAL_RANK``, ...) from the new run's
@@ -248,7 +255,7 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
 
     def before_execution_group_shutdown(self, execution_group: Any) -> None:
         """Overrides Ray Train V2's ``BackendSetupCallback.before_execution_group_shutdown``;
-        runs in the controller actor. A group whose workers the controller
+        runs on the controller's event loop (trial actor). A group whose workers the controller
         keeps (:meth:`TrialWorkerGroup.keep_workers_at_shutdown`) keeps its
         process group when every rank holds it and an all-reduce over it
         completes within :data:`_KEPT_PATIENCE_S` with the world size (no
@@ -296,7 +303,7 @@ def _settings(config: Any) -> str:
 @dataclasses.dataclass
 class _KeptWorkers:
     """A worker group's workers that outlived its run, for the controller's next
-    run (controller actor). ``key``: what a group must share with the last one
+    run (controller's event loop). ``key``: what a group must share with the last one
     to run on its workers: the placement group (the trial's: Tune reuses a
     trial actor only for the same bundles), the number of workers and their
     resources, the backend configuration and the workers' runtime env."""
@@ -342,13 +349,10 @@ class _KeptWorkers:
             ray.kill(worker.actor)
 
 
-#: The TrialController of this process (a controller actor's process runs one).
+#: The TrialController of this process (a trial actor's process runs one at a time).
 _THIS_PROCESS: dict[str, Any] = {}
-#: The controller actor's concurrency group for its worker groups' barriers:
-#: a thread and event loop of its own, so a barrier never waits behind the
-#: controller's blocking calls (its polls, a group's start or shutdown), nor the
-#: controller behind a barrier, as with Ray's actor of its own.
-BARRIER_GROUP = "ray_tt_ext_barrier"
+#: The generations of the worker groups' barriers made in this process.
+_BARRIER_GENERATIONS = itertools.count(1)
 
 
 def _this_processes_controller() -> Optional[TrialController]:
@@ -363,8 +367,8 @@ def _this_processes_controller() -> Optional[TrialController]:
 
 class _BarrierFactory:
     """Stands for Ray's ``SynchronizationActor`` class in Ray Train V2's
-    ``worker_group`` module of a trial's controller actor: in a
-    :class:`TrialController`'s actor, ``.options(...).remote(...)`` makes the
+    ``worker_group`` module of a trial actor: in a
+    :class:`TrialController`'s process, ``.options(...).remote(...)`` makes the
     worker group's barrier in the controller (:meth:`TrialController.new_barrier`);
     anywhere else, Ray's actor."""
 
@@ -394,7 +398,7 @@ class _BarrierStarter:
 
 class _BarrierShutdown:
     """Stands for Ray Train V2's ``state._shutdown_sync_actor`` (``ray.kill`` of the
-    group's ``SynchronizationActor``) in a trial's controller actor: a
+    group's ``SynchronizationActor``) in a trial's controller: a
     :class:`ControllerBarrier` is closed in the controller instead (its waiting
     workers released, its later calls refused); Ray's actor is killed."""
 
@@ -414,13 +418,13 @@ _PreemptionCallbackBase: type = _V2.PreemptionCallback or object
 
 class _WatcherInTheController(_PreemptionCallbackBase):
     """Ray Train V2's ``PreemptionCallback`` whose ``PreemptionWatcher`` runs in the
-    controller actor of a ``ray_tt_ext.v2.Tuner`` trial (its polling thread), not
+    controller of a ``ray_tt_ext.v2.Tuner`` trial (its polling thread), not
     as an actor of its own per worker group: a Python process fewer per trial,
     the same drain polls and the same ``mark_preempt`` calls on the workers."""
 
     def after_worker_group_start(self, worker_group: Any) -> None:
         """Overrides Ray Train V2's ``PreemptionCallback.after_worker_group_start``;
-        runs in the controller actor. Ray's watcher class, as a plain object."""
+        runs on the controller's event loop (trial actor). Ray's watcher class, as a plain object."""
         self._stop_watcher()
         node_to_ranks: dict[str, list[int]] = {}
         actors_by_rank: dict[int, Any] = {}
@@ -436,7 +440,7 @@ class _WatcherInTheController(_PreemptionCallbackBase):
 
     def _stop_watcher(self) -> None:
         """Overrides Ray Train V2's ``PreemptionCallback._stop_watcher`` (``ray.kill``
-        of the watcher actor); runs in the controller actor: stops the
+        of the watcher actor); runs on the controller's event loop (trial actor): stops the
         watcher's polling thread."""
         watcher, self._watcher = self._watcher, None
         if watcher is not None:
@@ -450,7 +454,7 @@ class _DatasetsCallback(_V2.DatasetsCallback):
 
     def before_init_train_context(self, workers: list) -> dict[str, list]:
         """Extends Ray Train V2's ``DatasetsCallback.before_init_train_context``;
-        runs in the controller actor. With datasets, Ray's (its
+        runs on the controller's event loop (trial actor). With datasets, Ray's (its
         ``DatasetManager`` actor splits them); without, a provider that has
         none (:class:`~ray_tt_ext._train_v2.NoDatasetShards`)."""
         if self._datasets:
@@ -460,7 +464,7 @@ class _DatasetsCallback(_V2.DatasetsCallback):
 
 def _keep_barriers_in_the_controller() -> None:
     """Patches Ray Train V2's ``worker_group.SynchronizationActor`` and
-    ``state._shutdown_sync_actor`` in this process (the controller actor of a
+    ``state._shutdown_sync_actor`` in this process (the trial actor of a
     ``ray_tt_ext.v2.Tuner`` trial), once: a worker group of this process's
     :class:`TrialController` keeps its barrier in the controller instead of
     starting Ray's ``SynchronizationActor``, a Python process that imports Ray
@@ -482,7 +486,8 @@ _FINISHING_POLLS = 60
 
 
 class TrialController(_V2.TrainController):
-    """Ray Train V2's ``TrainController`` for one Tune trial (the controller actor).
+    """Ray Train V2's ``TrainController`` for one Tune trial (on the trial actor's
+    controller thread: :class:`ControllerHost`).
 
     Besides Ray's: the workers' reports reach it when they are made, not at
     its next poll, and a report returns on a worker only once the run
@@ -490,15 +495,11 @@ class TrialController(_V2.TrainController):
     rank 0's reports with :meth:`next_report` (no queue actor between them)
     and says when Tune took each (:meth:`report_taken`). On Ray 2.60 its worker
     groups' barriers (Ray's ``SynchronizationActor``, an actor per group) are
-    kept here, in a concurrency group of their own (:meth:`barrier_call`;
-    declared on Ray 2.55 too, where it stays unused), and Ray's
+    kept here, on the barriers' event loop (:meth:`barrier_call`), and Ray's
     ``PreemptionWatcher`` runs here as a thread (:class:`_WatcherInTheController`:
     its ``ray.nodes()`` call at a group's start runs on the controller's event
     loop; it is not restarted on its own, it lives and dies with the controller).
     """
-
-    #: ``ray.remote`` options of the controller actor (see ``_TrialRun.run_controller``).
-    RAY_REMOTE_OPTIONS: dict[str, Any] = {"concurrency_groups": {BARRIER_GROUP: 1000}}
 
     def __init__(
         self,
@@ -509,8 +510,8 @@ class TrialController(_V2.TrainController):
         keep_workers: bool = False,
         **kwargs: Any,
     ):
-        """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller
-        actor. Its worker group starts in ``trial_placement_group``; Tune deletes
+        """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller's
+        event loop. Its worker group starts in ``trial_placement_group``; Tune deletes
         the checkpoints retention drops (:func:`_tune_deletes`); ``env_vars``,
         what Ray's ``_initialize_and_run_controller`` would give the actor as a
         runtime env, are set in this process (the actor then starts on one of
@@ -541,10 +542,10 @@ class TrialController(_V2.TrainController):
         self._pending: collections.deque = collections.deque()
         self._ended = False
         self._quick_polls = 0
-        # Kept across this actor's runs (next_run): a late call of an earlier
-        # group's barrier never reaches a later group's.
+        # Kept across this controller's runs (next_run); generations are the
+        # process's (_BARRIER_GENERATIONS): a late call of an earlier group's
+        # barrier never reaches a later group's.
         self._barriers: dict[int, Any] = getattr(self, "_barriers", {})
-        self._barrier_generation: int = getattr(self, "_barrier_generation", 0)
         self._kept: Optional[_KeptWorkers] = getattr(self, "_kept", None)
         self._keep_workers = keep_workers
         self._kept_key: tuple = ()
@@ -578,7 +579,7 @@ class TrialController(_V2.TrainController):
     def next_run(self, **kwargs: Any) -> bool:
         """Start another run in this actor, with the arguments a new controller
         would get; ``False`` (nothing changed) unless the last run reached a
-        terminal state, its ``run()`` loop ended and its worker group is gone. Runs in the controller actor; called by the trial
+        terminal state, its ``run()`` loop ended and its worker group is gone. Runs in the controller's event loop; called by the trial
         actor when Tune reuses it for another trial (``_v2_trial``). Ray's
         ``TrainController`` holds one run: ``__init__`` binds it, and every
         attribute a run sets is set there, so calling it again starts afresh
@@ -591,7 +592,7 @@ class TrialController(_V2.TrainController):
         return True
 
     def take_kept_workers(self) -> Optional[_KeptWorkers]:
-        """The workers kept from the last run, once (controller actor)."""
+        """The workers kept from the last run, once (controller's event loop)."""
         kept, self._kept = self._kept, None
         return kept
 
@@ -601,8 +602,8 @@ class TrialController(_V2.TrainController):
         self._kept = _KeptWorkers(workers=workers, key=self._kept_key)
 
     def _shutdown_worker_group(self) -> None:
-        """Extends Ray Train V2's ``TrainController._shutdown_worker_group``; runs in
-        the controller actor. With ``keep_workers``, a group that ends because
+        """Extends Ray Train V2's ``TrainController._shutdown_worker_group``; runs on
+        the controller's event loop (trial actor). With ``keep_workers``, a group that ends because
         training finished (no error, no retry, no abort: those never come
         here with ``FinishedState`` next; a run that finished while its node
         was being preempted does, and :meth:`_KeptWorkers.idle` refuses its
@@ -644,7 +645,7 @@ class TrialController(_V2.TrainController):
         """Hand the trial first the checkpoints the run recorded after Tune's own
         latest (``""``: Tune has none), in the order the run recorded them.
 
-        Runs in the controller actor, once Ray's checkpoint manager restored the
+        Runs in the controller's event loop, once Ray's checkpoint manager restored the
         run's snapshot. A report that returned on the workers just before the
         trial actor, its controller or the driver died reached the snapshot but
         not Tune: the run resumes from it, and Tune now records it too (its
@@ -668,7 +669,7 @@ class TrialController(_V2.TrainController):
 
     async def _poll_workers(self) -> Any:
         """Overrides Ray Train V2's ``TrainController._poll_workers``; runs in the
-        controller actor. As Ray's (at most one poll per health-check interval),
+        controller's event loop. As Ray's (at most one poll per health-check interval),
         except that the wait ends when a worker reports (:meth:`commit_report`)
         or its training function ends (:meth:`training_ended`): then the
         controller polls at once, and quickly until the group is done."""
@@ -682,8 +683,8 @@ class TrialController(_V2.TrainController):
                 await asyncio.wait_for(self._woken.wait(), remaining)
             except asyncio.TimeoutError:
                 pass
-            if self.get_state().is_terminal():
-                ray.actor.exit_actor()
+            if self.get_state().is_terminal():  # aborted meanwhile (abort)
+                raise asyncio.CancelledError()
         self._woken.clear()
         status = self._worker_group.poll_status(timeout=self._health_check_interval_s)
         self._latest_poll_time = time.monotonic()
@@ -692,24 +693,20 @@ class TrialController(_V2.TrainController):
     def new_barrier(self, *args: Any, **kwargs: Any) -> ControllerBarrier:
         """A new worker group's barrier, kept in this controller: Ray's
         ``SynchronizationActor`` class as a plain object, built with the
-        arguments Ray's ``WorkerGroup`` gives the actor. Runs in the controller
-        actor, when Ray's ``WorkerGroup._start_worker_group`` would start it."""
-        self._barrier_generation += 1
-        self._barriers[self._barrier_generation] = _V2.SynchronizationBarrier(
-            *args, **kwargs
-        )
+        arguments Ray's ``WorkerGroup`` gives the actor. Runs in the controller's
+        event loop, when Ray's ``WorkerGroup._start_worker_group`` would start it."""
+        generation = next(_BARRIER_GENERATIONS)
+        self._barriers[generation] = _V2.SynchronizationBarrier(*args, **kwargs)
         handle = ray.get_runtime_context().current_actor
-        return ControllerBarrier(handle, self._barrier_generation)
+        return ControllerBarrier(handle, generation)
 
-    @ray.method(concurrency_group=BARRIER_GROUP)
     async def barrier_call(
         self, generation: int, method: str, /, *args: Any, **kwargs: Any
     ) -> Any:
         """``ControllerBarrier.<method>.remote(...)``: that method of Ray's
         ``SynchronizationActor`` on the barrier ``generation`` (the workers'
         ``broadcast_from_rank_zero``; the worker group's ``reset`` and
-        ``set_required_ranks``). Runs in the controller actor, in the barriers'
-        concurrency group. A call of a closed barrier's group raises
+        ``set_required_ranks``). Runs on the barriers' event loop (trial actor). A call of a closed barrier's group raises
         ``RuntimeError``, as a call of Ray's killed actor raises
         (``report()`` raises it, where Ray's ``SynchronizationBarrierResetError``
         would let it go on without the report)."""
@@ -728,27 +725,26 @@ class TrialController(_V2.TrainController):
             result = await result
         return result
 
-    @ray.method(concurrency_group=BARRIER_GROUP)
     async def close_barrier(self, generation: int) -> None:
         """Release the workers waiting at the barrier ``generation`` (Ray's
         ``reset``: they raise ``SynchronizationBarrierResetError``) and refuse its
-        later calls. Runs in the controller actor, in the barriers' group."""
+        later calls. Runs on the barriers' event loop (trial actor)."""
         barrier = self._barriers.pop(generation, None)
         if barrier is not None:
             await barrier.reset()
 
     def close_barrier_soon(self, generation: int) -> None:
-        """Close the barrier ``generation`` once its concurrency group runs
-        (:meth:`close_barrier`); runs in the controller actor, where Ray's
+        """Close the barrier ``generation`` on the barriers' event loop
+        (:meth:`close_barrier`); runs on the controller's event loop, where Ray's
         worker group shuts down (it killed Ray's actor there)."""
-        ray.get_runtime_context().current_actor.close_barrier.remote(generation)
+        ControllerHost.of_this_process().barrier_loop.submit(self.close_barrier, generation)
 
     async def commit_report(self, report_index: int) -> None:
         """A worker's report ``report_index`` is in its result queue: poll now, and
         return once the run recorded it (Ray's checkpoint manager: its snapshot
         is in storage) and Tune took it (:meth:`report_taken`). Called by every worker after each
         ``ray.train.report`` (see ``_train_v2.PolicyTrainFn``), whose ``report()``
-        returns only then; runs in the controller actor."""
+        returns only then; runs on the controller's event loop (trial actor)."""
         self._woken.set()
         worker_group = self._worker_group
         async with self._handed_over:
@@ -762,13 +758,13 @@ class TrialController(_V2.TrainController):
 
     def training_ended(self) -> None:
         """A worker's training function returned or raised: poll now, and quickly
-        until the group is done (runs in the controller actor)."""
+        until the group is done (runs on the controller's event loop)."""
         self._quick_polls = _FINISHING_POLLS
         self._woken.set()
 
     def hand_over(self, report: tuple) -> None:
         """Rank 0's consolidated report, after Ray's checkpoint manager recorded it
-        (``TuneReportBridge.after_report``, in the controller actor)."""
+        (``TuneReportBridge.after_report``, in the controller's event loop)."""
         self._pending.append(report)
         task = asyncio.get_running_loop().create_task(self._notify())
         self._tasks.add(task)  # the event loop keeps only a weak reference
@@ -781,7 +777,7 @@ class TrialController(_V2.TrainController):
     async def next_report(self) -> Optional[tuple]:
         """The next of rank 0's reports, ``(index, metrics, checkpoint)``, once there
         is one; ``None`` once the run ended and the trial took them all. Called by
-        the trial (``_TrialRun.reports``); runs in the controller actor."""
+        the trial (``_TrialRun.reports``); runs on the controller's event loop (trial actor)."""
         async with self._handed_over:
             await self._handed_over.wait_for(lambda: self._pending or self._ended)
             if not self._pending:
@@ -791,27 +787,61 @@ class TrialController(_V2.TrainController):
     async def report_taken(self, index: int) -> None:
         """Tune took the report ``index`` (the trial's ``tune.report`` returned,
         which it does once Tune's driver has the result): the workers waiting
-        for it go on (:meth:`commit_report`). Runs in the controller actor."""
+        for it go on (:meth:`commit_report`). Runs in the controller's event loop."""
         async with self._handed_over:
             self._taken_index = max(self._taken_index, index)
             self._handed_over.notify_all()
 
     async def run(self) -> None:
-        """Extends Ray Train V2's ``TrainController.run``; runs in the controller
-        actor. When the run ends, the trial's :meth:`next_report` returns
-        ``None`` after the last report, and no worker waits any more."""
+        """Extends Ray Train V2's ``TrainController.run``; runs on the controller's
+        event loop. When the run ends, the trial's :meth:`next_report` returns
+        ``None`` after the last report, and no worker waits any more. A run
+        :meth:`abort` stopped ends here, in Ray's ``AbortedState``."""
+        self._run_task = asyncio.current_task()
         try:
             await super().run()
+        except asyncio.CancelledError:
+            if not isinstance(self.get_state(), _V2.AbortedState):
+                raise
         finally:
+            self._run_task = None
             self._ended = True
             await self._notify()
+
+    async def abort(self) -> None:
+        """Overrides Ray Train V2's ``TrainController.abort``; runs on the controller's
+        event loop, in the trial actor. As Ray's (the callbacks'
+        ``before_controller_abort``, the worker group's abort, then
+        ``AbortedState``), except its last step: Ray's ends the controller's
+        actor (``ray.actor.exit_actor``), which here is the Tune trial's. The
+        run's loop is cancelled instead, and :meth:`run` returns."""
+        if self.get_state().is_terminal():
+            return
+        self._controller_callback_manager.invoke_best_effort("before_controller_abort")
+        try:
+            if self._worker_group:
+                self._worker_group.abort()
+            self._set_state(_V2.AbortedState())
+        except Exception as e:
+            logger.exception("Error aborting worker group: %s", e)
+        task = getattr(self, "_run_task", None)
+        if task is not None:
+            task.cancel()
+
+    def discard(self) -> None:
+        """Kill the workers this controller kept from its last run, if any (it
+        will not run again: the trial actor stops or takes another trial
+        whose run does not take them). Runs on the controller's event loop."""
+        kept = self.take_kept_workers()
+        if kept is not None:
+            kept.kill()
 
 
 class TuneReportBridge(_V2.UserCallback):
     """Hands rank 0's metrics and each checkpoint to the trial, in order.
 
-    A Ray Train V2 ``UserCallback``; ``after_report`` runs in the controller
-    actor, after Ray's checkpoint manager recorded the report. The trial
+    A Ray Train V2 ``UserCallback``; ``after_report`` runs in the controller's
+    event loop, after Ray's checkpoint manager recorded the report. The trial
     takes each with ``TrialController.next_report`` and reports it to Tune;
     the workers' ``report()`` waits until Tune's driver took it, so Train never
     runs ahead of Tune (as with Ray's ``TuneReportCallback``).
@@ -830,3 +860,101 @@ def without_idle_dataset_manager(callback: Any) -> Any:
     if type(callback) is _V2.DatasetsCallback:
         callback.__class__ = _DatasetsCallback
     return callback
+
+
+class _EventLoopThread:
+    """An asyncio event loop in a daemon thread of its own."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name=name, daemon=True
+        )
+        self._thread.start()
+
+    def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` on this loop (awaited if it is a coroutine
+        function); a ``concurrent.futures.Future`` of its result."""
+
+        async def call() -> Any:
+            result = fn(*args, **kwargs)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+
+        return asyncio.run_coroutine_threadsafe(call(), self.loop)
+
+
+class ControllerHost:
+    """Runs a ``ray_tt_ext.v2.Tuner`` trial's Train V2 controller in the trial
+    actor's own process: one per process, made on first use.
+
+    Ray runs each run's ``TrainController`` as an actor of its own: a Python
+    process per trial that imports Ray Train, as many CPU seconds as the trial
+    actor itself. Here :class:`TrialController` runs on an event loop in a
+    thread of the trial actor (``controller_loop``), with its worker groups'
+    barriers on a second one (``barrier_loop``): the controller's blocking
+    calls (its polls, a group's start or shutdown, a ``ray.get`` on the
+    barrier) never hold a barrier, nor a barrier the controller, as with Ray's
+    actors. The workers call the run's controller on the handle Ray gives them
+    (the trial actor's, ``ray.get_runtime_context().current_actor``); the trial
+    actor, an async actor (``_v2_trial.V2Trial``), passes those calls here
+    (:meth:`call_controller`, :meth:`call_barrier`).
+    """
+
+    _lock = threading.Lock()
+    _instance: Optional[ControllerHost] = None
+
+    def __init__(self) -> None:
+        self.controller_loop = _EventLoopThread("ray_tt_ext-v2-controller")
+        self.barrier_loop = _EventLoopThread("ray_tt_ext-v2-barriers")
+        #: The controller whose run is this process's current one.
+        self.controller: Optional[TrialController] = None
+
+    @classmethod
+    def of_this_process(cls) -> ControllerHost:
+        with cls._lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def new_controller(self, kwargs: dict) -> TrialController:
+        """A new :class:`TrialController` (built on the controller's loop), now
+        this process's (trial actor's fit thread)."""
+        controller = self.controller_loop.submit(TrialController, **kwargs).result()
+        self.controller = controller
+        return controller
+
+    def on_controller(
+        self, controller: TrialController, method: str, *args: Any, **kwargs: Any
+    ) -> concurrent.futures.Future:
+        """``controller.<method>(*args, **kwargs)`` on the controller's loop (any
+        thread of the trial actor); a future of its result."""
+        return self.controller_loop.submit(getattr(controller, method), *args, **kwargs)
+
+    async def call_controller(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A worker's call of the run's controller (``commit_report``,
+        ``training_ended``, Ray's ``get_all_reported_checkpoints``), made on the
+        trial actor's event loop; runs on the controller's."""
+        controller = self.controller
+        if controller is None:
+            raise RuntimeError(
+                "This Tune trial runs no Train V2 run: a worker of an earlier run "
+                "called its controller."
+            )
+        return await asyncio.wrap_future(
+            self.on_controller(controller, method, *args, **kwargs)
+        )
+
+    async def call_barrier(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        """A call of a worker group's barrier (``TrialController.barrier_call`` or
+        ``close_barrier``), made on the trial actor's event loop; runs on the
+        barriers' loop."""
+        controller = self.controller
+        if controller is None:
+            raise RuntimeError(
+                "This Tune trial runs no Train V2 run: its worker groups' barriers "
+                "were closed."
+            )
+        future = self.barrier_loop.submit(getattr(controller, method), *args, **kwargs)
+        return await asyncio.wrap_future(future)

@@ -18,8 +18,12 @@ Where each piece runs:
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextvars
 import dataclasses
+import functools
+import logging
 import os
 import threading
 from collections.abc import Callable
@@ -39,10 +43,12 @@ from ray_tt_ext._v2_arguments import (
     trainer_kwargs,
 )
 from ray_tt_ext._v2_controller import (
-    TrialController,
+    ControllerHost,
     TuneReportBridge,
     without_idle_dataset_manager,
 )
+
+logger = logging.getLogger("ray_tt_ext")
 
 #: How long a stopped trial waits for Ray's abort of its run before killing the
 #: controller (its workers die with it; a placement group of the run's own stays).
@@ -77,6 +83,9 @@ class _TrialRun:
         self._started = threading.Event()  # the controller exists, or fit() ended
         #: TrialController's ``replay_after`` (see ``_resume_from``).
         self.replay_after: Optional[str] = None
+        #: This process's ControllerHost, once the run's controller runs in it.
+        self.host: Optional[ControllerHost] = None
+        self.stuck = False
 
     def start(self, trainer: Any) -> None:
         """Run ``trainer.fit()`` with this trial's controller (trial actor)."""
@@ -103,50 +112,48 @@ class _TrialRun:
 
     def _run_controller(self, **controller_kwargs: Any) -> Any:
         """Replaces Ray Train V2's ``DataParallelTrainer._initialize_and_run_controller``
-        for this trainer instance; runs in the trial actor. The controller is
-        Ray's, its worker group in the trial's placement group; the Ray Train
-        variables Ray gives it as a runtime env are set in its process."""
-        placement_group = ray.util.get_current_placement_group()
-        return self.run_controller(
-            TrialController,
-            dict(
-                controller_kwargs,
-                trial_placement_group=placement_group,
-                env_vars=_V2.controller_env_vars(),
-                replay_after=self.replay_after,
-                keep_workers=self.keep_workers,
-            ),
-            rays_runtime_env=False,
+        for this trainer instance; runs in the trial actor's fit thread. The
+        controller is Ray's (:class:`TrialController`), run in this process
+        (:class:`ControllerHost`) rather than as an actor of its own; its
+        worker group takes the trial's placement group."""
+        kwargs = dict(
+            controller_kwargs,
+            trial_placement_group=ray.util.get_current_placement_group(),
+            env_vars=_V2.controller_env_vars(),
+            replay_after=self.replay_after,
+            keep_workers=self.keep_workers,
         )
+        host = self.host = ControllerHost.of_this_process()
+        controller = self._kept_controller_for(host, kwargs)
+        if controller is None:
+            controller = host.new_controller(kwargs)
+        self.controller = controller
+        self._started.set()
+        if self._aborted:  # Tune stopped the trial while the run was starting
+            self.abort()
+        host.on_controller(controller, "run").result()
+        if self._aborted:
+            raise RuntimeError("The run was aborted: Tune stopped or reset the trial.")
+        return controller.get_result()
 
-    def run_controller(
-        self, controller_cls: type, controller_kwargs: dict, rays_runtime_env: bool = True
-    ) -> Any:
-        """Start the run's controller actor in the trial's placement group (if the
-        trial has one) and wait for its result, as Ray's
-        ``_initialize_and_run_controller`` does (trial actor), with Ray's runtime
-        env for it (``rays_runtime_env``) or none."""
+    def run_controller(self, controller_cls: type, controller_kwargs: dict) -> Any:
+        """Start a run's controller actor (Ray's pattern: Ray's ``TrainController``)
+        in the trial's placement group (if the trial has one) and wait for its
+        result, as Ray's ``_initialize_and_run_controller`` does (trial actor)."""
         placement_group = ray.util.get_current_placement_group()
         options: dict[str, Any] = {
             "num_cpus": 0,  # as Ray's controller; it holds nothing of the trial's
             "max_restarts": 0,
+            "runtime_env": {"env_vars": _V2.controller_env_vars()},
         }
-        if rays_runtime_env:
-            options["runtime_env"] = {"env_vars": _V2.controller_env_vars()}
         if placement_group is not None:
             options["scheduling_strategy"] = _V2.PlacementGroupSchedulingStrategy(
                 placement_group=placement_group,
                 placement_group_capture_child_tasks=True,
             )
-        controller = self._kept_controller_for(controller_kwargs)
-        if controller is None:
-            remote_options = getattr(controller_cls, "RAY_REMOTE_OPTIONS", None)
-            actor_cls = (
-                ray.remote(**remote_options)(controller_cls)
-                if remote_options
-                else ray.remote(controller_cls)
-            )
-            controller = actor_cls.options(**options).remote(**controller_kwargs)
+        controller = (
+            ray.remote(controller_cls).options(**options).remote(**controller_kwargs)
+        )
         self.controller = controller
         self._started.set()
         if self._aborted:  # Tune stopped the trial while the run was starting
@@ -154,34 +161,32 @@ class _TrialRun:
         ray.get(controller.run.remote())
         return ray.get(controller.get_result.remote())
 
-    def _kept_controller_for(self, controller_kwargs: dict) -> Any:
+    def _kept_controller_for(self, host: ControllerHost, kwargs: dict) -> Any:
         """The last run's controller, started on this run
         (``TrialController.next_run``), or ``None`` (there is none, or it could
-        not start it: it is killed, and its workers with it). Trial actor."""
+        not start it: its kept workers are killed). Trial actor."""
         kept, self.kept_controller = self.kept_controller, None
         if kept is None:
             return None
         try:
-            if ray.get(kept.next_run.remote(**controller_kwargs)):
+            if host.on_controller(kept, "next_run", **kwargs).result():
+                host.controller = kept
                 return kept
-        except Exception:  # it died meanwhile: a new one
-            pass
-        ray.kill(kept, no_restart=True)
+        except Exception:
+            logger.debug("The kept controller could not start a run", exc_info=True)
+        host.on_controller(kept, "discard")
         return None
 
     def reports(self):
         """Rank 0's reports, ``(index, metrics, checkpoint)``, as the run records
-        them, until it ends (trial's training thread). A controller that died
-        ends them; ``finish()`` raises the run's error."""
+        them, until it ends (trial's training thread); ``finish()`` raises the
+        run's error."""
         self._started.wait()
         controller = self.controller
         if controller is None:
             return
         while True:
-            try:
-                item = ray.get(controller.next_report.remote())
-            except ray.exceptions.RayActorError:
-                return
+            item = self.host.on_controller(controller, "next_report").result()
             if item is None:
                 return
             yield item
@@ -189,10 +194,9 @@ class _TrialRun:
     def taken(self, index: int) -> None:
         """Tune took the report ``index``: the workers waiting for it go on
         (trial's training thread)."""
-        try:
-            self.controller.report_taken.remote(index)
-        except Exception:  # the controller is gone: nobody waits
-            pass
+        controller = self.controller
+        if controller is not None:
+            self.host.on_controller(controller, "report_taken", index)
 
     def finish(self) -> None:
         """Wait for ``fit()``; raise the training loop's error (trial's training thread)."""
@@ -203,9 +207,11 @@ class _TrialRun:
             raise error from (self.error if error is not self.error else None)
 
     def abort(self, report_queue: Any = None) -> None:
-        """Stop the run now: its workers, its controller (trial actor,
-        when Tune stops or resets the trial). Tune removes the trial's placement
-        group; a run's own (Ray's pattern) goes with Ray's abort.
+        """Stop the run now: its workers, its controller (trial actor, when Tune
+        stops or resets the trial). Tune removes the trial's placement group; a
+        run's own (Ray's pattern) goes with Ray's abort. ``stuck``: the
+        controller did not abort within ``_ABORT_PATIENCE_S`` (a worker group
+        still starting holds its loop): the trial actor is not reused.
 
         ``report_queue``: the queue of Ray's ``TuneReportCallback`` (Ray's
         pattern) goes first: a report waiting for Tune (which no longer takes
@@ -215,19 +221,27 @@ class _TrialRun:
         self._aborted = True
         kept, self.kept_controller = self.kept_controller, None
         if kept is not None:  # fit() ended before it took the kept controller
-            ray.kill(kept, no_restart=True)
+            ControllerHost.of_this_process().on_controller(kept, "discard")
         if report_queue is not None:
             try:
                 ray.kill(report_queue.actor, no_restart=True)
             except Exception:
                 pass
         controller, self.controller = self.controller, None
-        if controller is not None:
+        if controller is None:
+            return
+        if self.host is None:  # Ray's controller actor (Ray's pattern)
             try:  # Ray's abort: the worker group, then the controller itself exits
                 ray.get(controller.abort.remote(), timeout=_ABORT_PATIENCE_S)
             except Exception:
                 pass
             ray.kill(controller, no_restart=True)
+            return
+        try:
+            self.host.on_controller(controller, "abort").result(timeout=_ABORT_PATIENCE_S)
+        except Exception:
+            logger.debug("The run's controller did not abort in time", exc_info=True)
+            self.stuck = True
 
 
 class V2Trial(_compat.FunctionTrainable):
@@ -249,6 +263,7 @@ class V2Trial(_compat.FunctionTrainable):
     _keep_workers: bool = False
     _run: Optional[_TrialRun] = None
     _kept_controller: Any = None
+    _tune_thread: Optional[concurrent.futures.ThreadPoolExecutor] = None
 
     @classmethod
     def default_resource_request(cls, config: dict[str, Any]) -> Any:
@@ -301,10 +316,86 @@ class V2Trial(_compat.FunctionTrainable):
 
     def cleanup(self) -> None:
         """Extends ``FunctionTrainable.cleanup``; runs in the trial actor when Tune
-        stops the trial: the run's workers and controller go first (and a
-        controller kept from an earlier run, with its workers)."""
+        stops the trial: the run's workers and controller go first (and the
+        workers a controller kept from an earlier run)."""
         self._abort_run(keep=False)
         super().cleanup()
+
+    # -- Tune's calls: one at a time, in a thread of their own --------------
+    # The trial actor is an async actor (the workers' calls below are
+    # coroutines), so that the workers reach the run's controller while Tune's
+    # ``train()`` waits for a result. Tune's calls, which block, run in one
+    # thread of their own, one after the other, as on Tune's usual actor.
+
+    async def _in_tune_thread(
+        self, method: Callable[..., Any], *args: Any, **kwargs: Any
+    ) -> Any:
+        if self._tune_thread is None:
+            self._tune_thread = concurrent.futures.ThreadPoolExecutor(
+                max_workers=1, thread_name_prefix="ray_tt_ext-tune"
+            )
+        loop = asyncio.get_running_loop()
+        call = functools.partial(method, *args, **kwargs)
+        return await loop.run_in_executor(self._tune_thread, call)
+
+    async def train(self) -> Any:
+        """Tune's ``Trainable.train`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().train)
+
+    async def train_buffered(self, *args: Any, **kwargs: Any) -> Any:
+        """Tune's ``Trainable.train_buffered`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().train_buffered, *args, **kwargs)
+
+    async def save(self, *args: Any, **kwargs: Any) -> Any:
+        """Tune's ``Trainable.save`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().save, *args, **kwargs)
+
+    async def restore(self, *args: Any, **kwargs: Any) -> Any:
+        """Tune's ``Trainable.restore`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().restore, *args, **kwargs)
+
+    async def reset(self, *args: Any, **kwargs: Any) -> Any:
+        """Tune's ``Trainable.reset`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().reset, *args, **kwargs)
+
+    async def stop(self) -> Any:
+        """Tune's ``Trainable.stop`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().stop)
+
+    async def export_model(self, *args: Any, **kwargs: Any) -> Any:
+        """Tune's ``Trainable.export_model`` in the trial actor's Tune thread."""
+        return await self._in_tune_thread(super().export_model, *args, **kwargs)
+
+    # -- The workers' calls of the run's controller (ControllerHost) --------
+
+    async def commit_report(self, report_index: int) -> None:
+        """A worker's ``TrialController.commit_report`` (see ``_train_v2``)."""
+        host = ControllerHost.of_this_process()
+        return await host.call_controller("commit_report", report_index)
+
+    async def training_ended(self) -> None:
+        """A worker's ``TrialController.training_ended``."""
+        host = ControllerHost.of_this_process()
+        return await host.call_controller("training_ended")
+
+    async def get_all_reported_checkpoints(self, *args: Any, **kwargs: Any) -> Any:
+        """A worker's ``ray.train.get_all_reported_checkpoints()``: Ray's
+        ``TrainController.get_all_reported_checkpoints`` of the run."""
+        host = ControllerHost.of_this_process()
+        return await host.call_controller("get_all_reported_checkpoints", *args, **kwargs)
+
+    async def barrier_call(
+        self, generation: int, method: str, /, *args: Any, **kwargs: Any
+    ) -> Any:
+        """A worker group's barrier (``_train_v2.ControllerBarrier``):
+        ``TrialController.barrier_call``."""
+        host = ControllerHost.of_this_process()
+        return await host.call_barrier("barrier_call", generation, method, *args, **kwargs)
+
+    async def close_barrier(self, generation: int) -> None:
+        """``TrialController.close_barrier``."""
+        host = ControllerHost.of_this_process()
+        return await host.call_barrier("close_barrier", generation)
 
     def reset_config(self, new_config: dict[str, Any]) -> bool:
         """Extends ``FunctionTrainable.reset_config`` (an actor reused for another
@@ -313,20 +404,24 @@ class V2Trial(_compat.FunctionTrainable):
         its reports) keeps its controller, whose workers the next trial's run
         takes over when they fit (``TrialController.next_run``); a run that
         Tune stopped or paused mid-way, or that failed, is aborted."""
-        self._abort_run(keep=self._keep_workers)
+        if not self._abort_run(keep=self._keep_workers):
+            return False  # Tune starts a new actor for the trial
         return super().reset_config(new_config)
 
-    def _abort_run(self, keep: bool) -> None:
+    def _abort_run(self, keep: bool) -> bool:
+        """Stop this actor's run (or keep its controller); ``False`` when its
+        controller could not abort in time (the actor should not be reused)."""
         run, self._run = self._run, None
         kept, self._kept_controller = self._kept_controller, None
         if kept is not None:  # never used: its workers go
-            ray.kill(kept, no_restart=True)
+            ControllerHost.of_this_process().on_controller(kept, "discard")
         if run is None:
-            return
+            return True
         if keep and run.completed and run.controller is not None:
             self._kept_controller = run.controller
         else:
             run.abort()
+        return not run.stuck
 
 
 def _run_config_for_trial(run_config: Any, storage: Any, retention: dict[str, Any]) -> Any:

@@ -238,9 +238,10 @@ def current_actor_or_none() -> Any:
 
 
 def train_run_pids() -> dict[str, int]:
-    """On a Train V2 training worker: the pids of its run's controller actor and
-    of the actor that started it (a Tune trial actor), read from the GCS's
-    actor table (no dashboard needed). For tests that kill one of them at a
+    """On a Train V2 training worker: the pids of its run's controller and of the
+    Tune trial actor that started it (one process under ``v2.Tuner(trainer)``,
+    whose trial actor runs the controller; two for Ray's own controller actor),
+    read from the GCS's actor table (no dashboard needed). For tests that kill one of them at a
     chosen moment."""
     from ray._private.state import actors
 
@@ -249,6 +250,8 @@ def train_run_pids() -> dict[str, int]:
     controller = get_train_context().controller_actor
     table = actors(actor_state_name="ALIVE")
     info = table[controller._actor_id.hex()]
+    if "Controller" not in info["ActorClassName"]:  # the trial actor runs it
+        return {"controller": int(info["Pid"]), "trial": int(info["Pid"])}
     owner = info["OwnerAddress"]
     (trial_pid,) = [
         int(other["Pid"])

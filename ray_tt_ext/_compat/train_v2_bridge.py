@@ -50,6 +50,7 @@ try:
     )
     from ray.train.v2._internal.execution.controller import TrainController
     from ray.train.v2._internal.execution.controller.state import (
+        AbortedState,
         FinishedState,
         ShuttingDownState,
     )
@@ -182,6 +183,7 @@ def propagated_env_vars() -> frozenset[str]:
 
 __all__ = [
     "BackendConfig",
+    "AbortedState",
     "BackendSetupCallback",
     "CheckpointConfig",
     "DataParallelTrainer",

@@ -2,8 +2,8 @@
 
 Once ``ray.train.report(..., checkpoint=...)`` returned on every rank that
 reported one, that checkpoint is what the run resumes from, whatever dies
-next and however soon: a worker (rank 0 or another), the run's controller,
-the Tune trial actor, the driver. A folder that some rank never finished
+next and however soon: a worker (rank 0 or another), the Tune trial actor
+(which runs the run's controller), the driver. A folder that some rank never finished
 writing is never resumed from, never shown to Tune, and is moved aside as
 lost progress. The loops (``v2_tune_loops.dying_loop``) never pause: each
 death comes right after a report returned.
@@ -40,7 +40,6 @@ CASES = {
     "worker_tune": {"victim": "worker", "workers": 1, "train_retries": 0},
     "rank1_of_2": {"victim": "worker", "victim_rank": 1, "workers": 2, "train_retries": 1},
     "rank0_of_2": {"victim": "worker", "workers": 2, "train_retries": 0},
-    "controller": {"victim": "controller", "workers": 1, "train_retries": 0},
     "trial_actor": {"victim": "trial", "workers": 1, "train_retries": 0},
     "async_upload": {
         "victim": "worker",

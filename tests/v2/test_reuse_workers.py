@@ -86,7 +86,7 @@ def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, t
         run_config=ray.train.RunConfig(checkpoint_config=v2.CheckpointConfig()),
     )
     workers_before = actors_started("RayTrainWorker")
-    controllers_before = actors_started("TrialController")
+    trial_actors_before = actors_started("V2TrainTrainable")
     results = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"key": ray.tune.grid_search(keys)}},
@@ -107,7 +107,7 @@ def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, t
     actors = set(actor_of.values())
     assert len(actors) <= 6, actor_of  # without reuse: 12
     assert actors_started("RayTrainWorker") - workers_before == len(actors)
-    assert actors_started("TrialController") - controllers_before <= 3
+    assert actors_started("V2TrainTrainable") - trial_actors_before <= 3
     # The trials each worker actor ran, in order (its process counts its runs).
     trials_on: dict[str, list[str]] = {}
     for (k, _rank), actor in sorted(
@@ -156,9 +156,10 @@ def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, t
         assert s["cwd"] != seen[previous, r]["cwd"]
         assert os.path.basename(by_key[k].path) in s["cwd"]
 
-    # Nothing outlives fit(): no worker, controller or placement group; every CPU free.
+    # Nothing outlives fit(): no worker, trial actor (nor its controller) or placement
+    # group; every CPU free.
     assert _settled(lambda: alive_actor_ids("RayTrainWorker") & actors, set()) == set()
-    assert _settled(lambda: alive_actor_ids("TrialController"), set()) == set()
+    assert _settled(lambda: alive_actor_ids("V2TrainTrainable"), set()) == set()
     from ray.util import placement_group_table
 
     assert not [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
@@ -215,7 +216,7 @@ def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
         train_loop_config={"epochs": 1, "destroy_after_step": 1, "pending_after_step": 4},
         scaling_config=ray.train.ScalingConfig(num_workers=workers),
     )
-    controllers_before = actors_started("TrialController")
+    trial_actors_before = actors_started("V2TrainTrainable")
     results = v2.Tuner(
         trainer,
         param_space={
@@ -231,8 +232,8 @@ def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     by_step = {r.config["train_loop_config"]["step"]: r.metrics for r in results}
     expected = sum(range(1, workers + 1))  # ranks 1 + ... + workers
     assert [by_step[s]["allreduce"] for s in range(6)] == [expected] * 6
-    # one trial actor, so one controller: every refusal below is ray_tt_ext's
-    assert actors_started("TrialController") - controllers_before == 1
+    # one trial actor (which runs the controller): every refusal below is ray_tt_ext's
+    assert actors_started("V2TrainTrainable") - trial_actors_before == 1
     rank_0 = [by_step[s]["worker_actor"] for s in range(6)]
     assert rank_0[0] == rank_0[1] == rank_0[2] != rank_0[3] == rank_0[4]
     assert (rank_0[5] == rank_0[4]) is (workers == 1)  # out of step: not kept
@@ -337,7 +338,7 @@ def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
             failure_config=ray.train.FailureConfig(max_failures=1),
         ),
     )
-    controllers_before = actors_started("TrialController")
+    trial_actors_before = actors_started("V2TrainTrainable")
     results = v2.Tuner(
         trainer,
         param_space={"train_loop_config": {"key": ray.tune.grid_search(["x", "w", "z"])}},
@@ -356,8 +357,8 @@ def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
     actor = {k: s["actor_id"] for (k, _), s in _seen(log_dir).items()}
     assert actor["w"] != actor["x"]  # x's workers were not kept
     assert actor["z"] == actor["w"]  # the group that finished w is z's
-    # x's controller went with its run; w's (kept) ran z.
-    assert actors_started("TrialController") - controllers_before == 2
+    # One trial actor ran all three: x's run aborted, w's controller (kept) ran z.
+    assert actors_started("V2TrainTrainable") - trial_actors_before == 1
 
 
 @needs_kept_workers
@@ -432,4 +433,4 @@ def test_two_tuners_in_two_threads_keep_their_trainables_and_workers_apart(
     assert sorted(renamed.values(), key=str) == [{False}, {True}], renamed
     used = actors["a"] | actors["b"]
     assert _settled(lambda: alive_actor_ids("RayTrainWorker") & used, set()) == set()
-    assert _settled(lambda: alive_actor_ids("TrialController"), set()) == set()
+    assert _settled(lambda: alive_actor_ids("V2TrainTrainable"), set()) == set()

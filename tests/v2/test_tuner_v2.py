@@ -360,7 +360,13 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     )
     helpers = {
         c: actors_started(c)
-        for c in ("SynchronizationActor", "PreemptionWatcher", "DatasetManager")
+        for c in (
+            "SynchronizationActor",
+            "PreemptionWatcher",
+            "DatasetManager",
+            "TrialController",
+            "TrainController",
+        )
     }
     (result,) = v2.Tuner(
         trainer,
@@ -371,8 +377,9 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     assert result.metrics["allreduce"] == 3.0  # ranks 1 + 2, over gloo
     # Ray Train's barrier worked for both ranks (report()'s, the loop's own and,
     # on Ray 2.60, get_preemption_info()'s), kept in the run's controller with the
-    # preemption watcher: no SynchronizationActor, PreemptionWatcher (nor,
-    # without datasets, DatasetManager) started. That the watcher in the
+    # preemption watcher, and the controller runs in the trial actor: no
+    # SynchronizationActor, PreemptionWatcher, controller actor (nor, without
+    # datasets, DatasetManager) started. That the watcher in the
     # controller sees a drained node: the drained-node test.
     assert result.metrics["ranks_given_rank_0s"] == 2.0
     assert result.metrics["preempted"] is False
