@@ -59,7 +59,7 @@ def trainer_for(storage_path, config, *, workers=2, checkpoint_config=None, **kw
 def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
     trainer = trainer_for(
         storage_path,
-        {"steps": 4},
+        {"steps": 4, "list_reported": True},
         checkpoint_config=v2.CheckpointConfig(
             checkpoint_dir_name="step_{index:03d}", num_to_keep=2
         ),
@@ -87,6 +87,9 @@ def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
             sorted(r["checkpoint_dir_name"] for r in train_record["checkpoint_results"])
             == kept
         )
+        # The loop's ray.train.get_all_reported_checkpoints() (a call of the run's
+        # controller, which runs in the trial actor): before step 3, the two kept.
+        assert result.metrics["reported_before"] == ["step_001", "step_002"]
         # Rank 0's metrics plus Tune's own fields.
         assert result.metrics["rank"] == 0 and result.metrics["world_size"] == 2
         assert result.metrics["training_iteration"] == 4

@@ -42,7 +42,8 @@ def _wait_for_a_partner(log_dir: str, timeout_s: float) -> None:
 def steps_loop(config: dict) -> None:
     """``steps`` reports, each with a checkpoint from rank 0 holding its step.
 
-    ``lr`` shapes the loss; ``fail_at`` (with ``marker``) raises once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
+    ``lr`` shapes the loss; ``list_reported``: each step's metrics name the
+    checkpoints ``ray.train.get_all_reported_checkpoints()`` returns first; ``fail_at`` (with ``marker``) raises once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
     step, and one as training begins (the time), so tests can read the
     concurrency back; with ``rendezvous_s`` a training waits (up to that long)
     until a second one has begun, so two that can run at once do overlap.
@@ -75,6 +76,11 @@ def steps_loop(config: dict) -> None:
             "restored_lr": restored.get("lr", -1.0),
             "worker_pid": os.getpid(),
         }
+        if config.get("list_reported"):  # the run's controller answers every rank
+            metrics["reported_before"] = sorted(
+                os.path.basename(r.checkpoint.path)
+                for r in ray.train.get_all_reported_checkpoints()
+            )
         checkpoint = _state_checkpoint({"step": step, "lr": config.get("lr")})
         ray.train.report(metrics, checkpoint=checkpoint if rank == 0 else None)
 
