@@ -323,10 +323,10 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
 class ControllerBarrier:
     """Ray Train V2's ``SynchronizationActor`` handle, for a ``ray_tt_ext.v2.Tuner``
     trial's worker group: the barrier of that group, kept in the run's
-    controller actor (``_v2_controller.TrialController.barrier_call``) instead of an
+    controller (``_v2_controller.TrialController.barrier_call``) instead of an
     actor of its own (a Python process fewer per trial).
 
-    Made in the controller actor per worker group; travels to the group's
+    Made in the run's controller (trial actor) per worker group; travels to the group's
     training workers, where ``ray.train.report`` and ``ray.train.collective``
     call ``<handle>.broadcast_from_rank_zero.remote(...)`` as on Ray's actor.
     ``generation`` tells this group's barrier from an earlier group's (a call
@@ -368,7 +368,7 @@ class NoDatasetShards:
     """The dataset shard provider of a ``ray_tt_ext.v2.Tuner`` trial whose trainer
     has no datasets (Ray Train V2's ``DatasetShardProvider`` protocol). Ray's
     starts a ``DatasetManager`` actor per worker group even then, a Python
-    process per trial that serves nothing. Made in the controller actor; on a
+    process per trial that serves nothing. Made in the run's controller; on a
     training worker, ``ray.train.get_dataset_shard`` raises ``KeyError`` as
     Ray's does for a name it does not have."""
 

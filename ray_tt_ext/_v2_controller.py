@@ -513,9 +513,9 @@ class TrialController(_V2.TrainController):
         """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller's
         event loop. Its worker group starts in ``trial_placement_group``; Tune deletes
         the checkpoints retention drops (:func:`_tune_deletes`); ``env_vars``,
-        what Ray's ``_initialize_and_run_controller`` would give the actor as a
-        runtime env, are set in this process (the actor then starts on one of
-        Ray's started workers instead of a new process); ``replay_after``: see
+        what Ray's ``_initialize_and_run_controller`` would give its controller
+        actor as a runtime env, are set in this process (the trial actor's,
+        which has them from Tune's runtime env already); ``replay_after``: see
         :meth:`_replay`; ``keep_workers``: a group that ends cleanly keeps its
         workers for the next run (:meth:`next_run`). Called again by
         :meth:`next_run` for each later run of the same actor."""
@@ -541,6 +541,7 @@ class TrialController(_V2.TrainController):
         self._tasks: set = set()  # strong references to the notifying tasks
         self._pending: collections.deque = collections.deque()
         self._ended = False
+        self._aborting = False  # abort() cancels the run's loop
         self._quick_polls = 0
         # Kept across this controller's runs (next_run); generations are the
         # process's (_BARRIER_GENERATIONS): a late call of an earlier group's
@@ -684,6 +685,7 @@ class TrialController(_V2.TrainController):
             except asyncio.TimeoutError:
                 pass
             if self.get_state().is_terminal():  # aborted meanwhile (abort)
+                self._aborting = True
                 raise asyncio.CancelledError()
         self._woken.clear()
         status = self._worker_group.poll_status(timeout=self._health_check_interval_s)
@@ -801,7 +803,7 @@ class TrialController(_V2.TrainController):
         try:
             await super().run()
         except asyncio.CancelledError:
-            if not isinstance(self.get_state(), _V2.AbortedState):
+            if not self._aborting:
                 raise
         finally:
             self._run_task = None
@@ -818,12 +820,16 @@ class TrialController(_V2.TrainController):
         if self.get_state().is_terminal():
             return
         self._controller_callback_manager.invoke_best_effort("before_controller_abort")
+        self._aborting = True
         try:
             if self._worker_group:
                 self._worker_group.abort()
-            self._set_state(_V2.AbortedState())
         except Exception as e:
             logger.exception("Error aborting worker group: %s", e)
+        try:
+            self._set_state(_V2.AbortedState())
+        except Exception as e:
+            logger.exception("Error setting the aborted state: %s", e)
         task = getattr(self, "_run_task", None)
         if task is not None:
             task.cancel()

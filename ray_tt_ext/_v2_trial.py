@@ -10,7 +10,10 @@ Where each piece runs:
   Train run after the trial (its folder *is* the trial folder, so a retry or
   a restore continues the run), runs ``fit()`` in a thread and reports each of
   rank 0's reports to Tune, with the Train checkpoint itself (nothing copied).
-  The run's controller actor is ``_v2_controller``'s ``TrialController``.
+  The run's controller, ``_v2_controller``'s ``TrialController``, runs in this
+  actor's process too (``ControllerHost``), where Ray starts an actor for it;
+  so this actor is an async actor, whose Tune calls run in a thread of their
+  own and whose workers' calls reach the controller meanwhile.
 * :class:`ReleasingTrial` (the Tune trial actor): function trainables of
   ``ray_tt_ext.v2.Tuner`` (Ray's pattern among them), whose runs stop with the
   trial.
@@ -50,9 +53,16 @@ from ray_tt_ext._v2_controller import (
 
 logger = logging.getLogger("ray_tt_ext")
 
-#: How long a stopped trial waits for Ray's abort of its run before killing the
-#: controller (its workers die with it; a placement group of the run's own stays).
+#: How long a stopped trial waits for Ray's abort of its run (Ray's pattern: then
+#: its controller actor is killed, its workers with it; a placement group of the
+#: run's own stays).
 _ABORT_PATIENCE_S = 10.0
+#: How long a stopped or reset trial waits for the abort of its run's controller
+#: in its process: a worker group that is starting holds the controller's event
+#: loop up to Ray Train's worker group start timeout (60 s by default).
+_IN_PROCESS_ABORT_PATIENCE_S = (
+    float(os.environ.get("RAY_TRAIN_WORKER_GROUP_START_TIMEOUT_S", "60")) + 30.0
+)
 
 
 def _user_error(error: BaseException) -> BaseException:
@@ -238,10 +248,30 @@ class _TrialRun:
             ray.kill(controller, no_restart=True)
             return
         try:
-            self.host.on_controller(controller, "abort").result(timeout=_ABORT_PATIENCE_S)
+            self.host.on_controller(controller, "abort").result(
+                timeout=_IN_PROCESS_ABORT_PATIENCE_S
+            )
         except Exception:
-            logger.debug("The run's controller did not abort in time", exc_info=True)
+            logger.warning(
+                "The Train run's controller did not abort within %.0f s: this trial "
+                "actor is not reused",
+                _IN_PROCESS_ABORT_PATIENCE_S,
+                exc_info=True,
+            )
             self.stuck = True
+        # A run that had ended already kept its workers for a next run: none comes.
+        self.host.on_controller(controller, "discard")
+
+
+class _SyncTrain:
+    """``self`` for Ray's ``Trainable.train_buffered`` on a :class:`V2Trial`: its
+    ``train()`` is Tune's blocking one (the trial's is a coroutine)."""
+
+    def __init__(self, trial: V2Trial):
+        self._trial = trial
+
+    def train(self) -> Any:
+        return _compat.FunctionTrainable.train(self._trial)
 
 
 class V2Trial(_compat.FunctionTrainable):
@@ -278,6 +308,11 @@ class V2Trial(_compat.FunctionTrainable):
     def _trainable_func(self, config: dict[str, Any]) -> None:
         """Overrides ``FunctionTrainable._trainable_func``; runs in the trial actor's
         training thread: one Train V2 run, each report of rank 0 a Tune report."""
+        # This trial actor is an async actor (for the workers' calls): its
+        # threads' ray.get calls are not on its event loop, so Ray's warning
+        # for them is off, as Ray turns it off for its own controller.
+        warning = _V2.blocking_get_warning_var
+        os.environ.setdefault(warning, _V2.controller_env_vars()[warning])
         session = _compat.get_session()
         storage = session.storage
         kwargs = merged_kwargs(dict(self._params.get()), config, self._trainer_cls)
@@ -343,8 +378,11 @@ class V2Trial(_compat.FunctionTrainable):
         return await self._in_tune_thread(super().train)
 
     async def train_buffered(self, *args: Any, **kwargs: Any) -> Any:
-        """Tune's ``Trainable.train_buffered`` in the trial actor's Tune thread."""
-        return await self._in_tune_thread(super().train_buffered, *args, **kwargs)
+        """Tune's ``Trainable.train_buffered`` (``TUNE_RESULT_BUFFER_LENGTH`` > 1) in
+        the trial actor's Tune thread: Ray's loop, over Tune's own ``train``
+        (this class's is a coroutine)."""
+        buffered = _compat.FunctionTrainable.train_buffered
+        return await self._in_tune_thread(buffered, _SyncTrain(self), *args, **kwargs)
 
     async def save(self, *args: Any, **kwargs: Any) -> Any:
         """Tune's ``Trainable.save`` in the trial actor's Tune thread."""
@@ -380,7 +418,9 @@ class V2Trial(_compat.FunctionTrainable):
 
     async def get_all_reported_checkpoints(self, *args: Any, **kwargs: Any) -> Any:
         """A worker's ``ray.train.get_all_reported_checkpoints()``: Ray's
-        ``TrainController.get_all_reported_checkpoints`` of the run."""
+        ``TrainController.get_all_reported_checkpoints`` of the run. Runs on the
+        trial actor's event loop (so do the methods below), which awaits the
+        controller's or the barriers' loop (``ControllerHost``)."""
         host = ControllerHost.of_this_process()
         return await host.call_controller("get_all_reported_checkpoints", *args, **kwargs)
 
@@ -403,9 +443,12 @@ class V2Trial(_compat.FunctionTrainable):
         With ``reuse_actors``, a run that completed (it ended and Tune took all
         its reports) keeps its controller, whose workers the next trial's run
         takes over when they fit (``TrialController.next_run``); a run that
-        Tune stopped or paused mid-way, or that failed, is aborted."""
+        Tune stopped or paused mid-way, or that failed, is aborted. Runs in the
+        trial actor's Tune thread (inside ``reset``); ``False`` (Tune then fails
+        the trial it was reset for) only when the old run's controller did not
+        abort in time."""
         if not self._abort_run(keep=self._keep_workers):
-            return False  # Tune starts a new actor for the trial
+            return False  # Tune fails the trial it reset this actor for
         return super().reset_config(new_config)
 
     def _abort_run(self, keep: bool) -> bool:

@@ -1,6 +1,6 @@
 """ray_tt_ext.v2.Tuner(trainer): one Train V2 run per trial, seen by Tune.
 
-Real Train V2 (controller actor, worker group) under real Tune, on the
+Real Train V2 (controller, worker group) under real Tune, on the
 session's 4-CPU local Ray, with ``RAY_TRAIN_V2_ENABLED`` unset as users have it.
 """
 
@@ -175,7 +175,13 @@ def _settled_free_cpus(timeout_s: float = 20.0) -> float:
         time.sleep(0.5)
 
 
-def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path):
+def test_the_training_loops_error_reaches_result_error(
+    storage_path, tmp_path, monkeypatch
+):
+    """With Tune's result buffering on too: Tune then calls the trial actor's
+    ``train_buffered`` (Ray's loop over ``train``, which is a coroutine on this
+    async actor), and gets the step's result, then the loop's error."""
+    monkeypatch.setenv("TUNE_RESULT_BUFFER_LENGTH", "3")
     trainer = trainer_for(
         storage_path, {"steps": 3, "fail_at": 1, "marker": str(tmp_path / "m")}, workers=1
     )
@@ -185,6 +191,7 @@ def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path):
     assert isinstance(result.error, ValueError)
     assert "lr=None diverged at step 1" in str(result.error)
     assert read_step(result.checkpoint) == 0  # the checkpoint before the error
+    assert result.metrics["step"] == 0 and result.metrics["training_iteration"] == 1
 
 
 @pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
@@ -606,7 +613,7 @@ def test_a_drained_node_reaches_the_loop_and_the_survivors_barrier_is_relaxed(
     only because the controller relaxed the barrier to rank 0
     (``relax_collectives_on_preemption``: Ray's controller calls the barrier's
     ``set_required_ranks`` and waits for it, on a barrier ray_tt_ext keeps in
-    that same controller actor). The trial finishes with that checkpoint."""
+    that same controller, in the trial actor). The trial finishes with that checkpoint."""
     from ray.cluster_utils import Cluster
     from v2_tune_loops import drain_rank_one_loop
 

@@ -1,6 +1,6 @@
 """ray_tt_ext.v2 on Ray's default Train V2 stack: names, restarts, guard, Tuner.
 
-Every fit here runs real Ray Train V2 (controller actor, worker group) on the
+Every fit here runs real Ray Train V2 (Ray's controller actor, worker group) on the
 session's local Ray, with ``RAY_TRAIN_V2_ENABLED`` unset as users have it.
 """
 

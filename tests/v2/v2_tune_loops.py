@@ -111,7 +111,7 @@ def dying_loop(config: dict) -> None:
 
     Once (``marker``), right after the report of step ``die_after`` returned on
     rank ``victim_rank``, ``victim`` dies: ``"worker"`` (this process exits),
-    ``"controller"`` or ``"trial"`` (the run's controller actor or the Tune trial
+    ``"controller"`` or ``"trial"`` (the run's controller's process or the Tune trial
     actor, killed with SIGKILL; this worker then waits to be stopped);
     ``"driver"``: this worker waits, for the test to kill the driver.
     ``victim="upload"``: rank ``victim_rank`` dies inside its upload of step
