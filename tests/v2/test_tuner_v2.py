@@ -175,9 +175,7 @@ def _settled_free_cpus(timeout_s: float = 20.0) -> float:
         time.sleep(0.5)
 
 
-def test_the_training_loops_error_reaches_result_error(
-    storage_path, tmp_path, monkeypatch
-):
+def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path, monkeypatch):
     """With Tune's result buffering on too: Tune then calls the trial actor's
     ``train_buffered`` (Ray's loop over ``train``, which is a coroutine on this
     async actor), and gets the step's result, then the loop's error."""
