@@ -220,8 +220,8 @@ class _TrialRun:
         """Stop the run now: its workers, its controller (trial actor, when Tune
         stops or resets the trial). Tune removes the trial's placement group; a
         run's own (Ray's pattern) goes with Ray's abort. ``stuck``: the
-        controller did not abort within ``_ABORT_PATIENCE_S`` (a worker group
-        still starting holds its loop): the trial actor is not reused.
+        controller did not abort within ``_IN_PROCESS_ABORT_PATIENCE_S`` (a
+        worker group still starting holds its loop): the actor is not reused.
 
         ``report_queue``: the queue of Ray's ``TuneReportCallback`` (Ray's
         pattern) goes first: a report waiting for Tune (which no longer takes
@@ -360,7 +360,9 @@ class V2Trial(_compat.FunctionTrainable):
     # The trial actor is an async actor (the workers' calls below are
     # coroutines), so that the workers reach the run's controller while Tune's
     # ``train()`` waits for a result. Tune's calls, which block, run in one
-    # thread of their own, one after the other, as on Tune's usual actor.
+    # thread of their own, one at a time, in the order they start on the
+    # actor's event loop (Tune waits for each before it sends the next, but for
+    # ``stop`` after ``export_model`` or during a ``save``).
 
     async def _in_tune_thread(
         self, method: Callable[..., Any], *args: Any, **kwargs: Any
