@@ -942,25 +942,22 @@ class ControllerHost:
         """A worker's call of the run's controller (``commit_report``,
         ``training_ended``, Ray's ``get_all_reported_checkpoints``), made on the
         trial actor's event loop; runs on the controller's."""
-        controller = self.controller
-        if controller is None:
-            raise RuntimeError(
-                "This Tune trial runs no Train V2 run: a worker of an earlier run "
-                "called its controller."
-            )
-        return await asyncio.wrap_future(
-            self.on_controller(controller, method, *args, **kwargs)
-        )
+        return await self._call(self.controller_loop, method, *args, **kwargs)
 
     async def call_barrier(self, method: str, *args: Any, **kwargs: Any) -> Any:
         """A call of a worker group's barrier (``TrialController.barrier_call`` or
         ``close_barrier``), made on the trial actor's event loop; runs on the
         barriers' loop."""
+        return await self._call(self.barrier_loop, method, *args, **kwargs)
+
+    async def _call(
+        self, on: _EventLoopThread, method: str, *args: Any, **kwargs: Any
+    ) -> Any:
         controller = self.controller
         if controller is None:
             raise RuntimeError(
-                "This Tune trial runs no Train V2 run: its worker groups' barriers "
-                "were closed."
+                f"This Tune trial runs no Train V2 run: a worker of an earlier run "
+                f"called its controller's {method!r}."
             )
-        future = self.barrier_loop.submit(getattr(controller, method), *args, **kwargs)
+        future = on.submit(getattr(controller, method), *args, **kwargs)
         return await asyncio.wrap_future(future)

@@ -43,8 +43,9 @@ def steps_loop(config: dict) -> None:
     """``steps`` reports, each with a checkpoint from rank 0 holding its step.
 
     ``lr`` shapes the loss; ``list_reported``: each step's metrics name the
-    checkpoints ``ray.train.get_all_reported_checkpoints()`` returns first; ``fail_at`` (with ``marker``) raises once; ``sleep_s`` paces the steps; ``log_dir`` gets one line per
-    step, and one as training begins (the time), so tests can read the
+    checkpoints ``ray.train.get_all_reported_checkpoints()`` returns first;
+    ``fail_at`` (with ``marker``) raises once; ``sleep_s`` paces the steps;
+    ``log_dir`` gets one line per step, and one as training begins (the time), so tests can read the
     concurrency back; with ``rendezvous_s`` a training waits (up to that long)
     until a second one has begun, so two that can run at once do overlap.
     """
