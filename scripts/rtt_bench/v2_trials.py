@@ -50,8 +50,8 @@ def bench_v2_trials(quick: bool, storage: str) -> dict[str, Any]:
     once. Memory: 4 trials of each that hold after their report, sampled.
     Goals: v2_tuner / v1_tuner <= 1.0 in time; memory per running trial no
     more than v1_tuner's and rays_pattern's."""
-    # Single fits of 8 trials on 2 cores swing by a quarter (21.5 .. 29.5 s for
-    # the same flavour, 2026-12-03), so a ratio needs more pairs than 2.
+    # Single fits of 8 trials on 2 cores swing by a quarter (20.6 .. 33.0 s for
+    # the same flavour in the run at 2faa918), so a ratio needs more than 2 pairs.
     n, pairs = (4, 1) if quick else (8, 5)
     out: dict[str, Any] = {
         "trials": n,
