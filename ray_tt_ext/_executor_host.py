@@ -271,6 +271,8 @@ class BackendExecutorHost:
         self._in_actor = ctx.get_actor_id() is not None
         if self._in_actor:  # this process runs executors only
             _compat.use_capturing_worker_group()
+            # Several trials' executors start at once in this actor's threads.
+            _compat.connect_global_state()
 
     # -- sessions ------------------------------------------------------------
 

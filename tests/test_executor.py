@@ -37,7 +37,7 @@ from ray.train.backend import BackendConfig
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 import ray_tt_ext
-from ray_tt_ext import RemoteBackendExecutor, Tuner
+from ray_tt_ext import RemoteBackendExecutor, Tuner, _compat
 from ray_tt_ext._compat import BackendExecutor, InactiveWorkerGroupError
 from ray_tt_ext._executor import _scheduling_options
 from ray_tt_ext._executor_host import BackendExecutorHost, _HostedBackendExecutor
@@ -125,6 +125,43 @@ def test_a_full_host_or_other_executor_settings_refuse_a_session(ray_start_4_cpu
 
     assert host.open("d", BackendExecutor, kwargs, env=executor_env()) is True
     host.close("d")
+
+
+def _first_state_reads_at_once(_host, threads: int = 16) -> int:
+    """In a host actor's process: ``threads`` threads read Ray's placement group
+    table for the first time, a few ms apart (where Ray 2.40 is unlocked)."""
+    import random
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    together = threading.Barrier(threads)
+
+    def read(_):
+        together.wait()
+        time.sleep(random.random() * 0.004)
+        return ray.util.placement_group_table()
+
+    with ThreadPoolExecutor(threads) as pool:
+        return len(list(pool.map(read, range(threads))))
+
+
+@pytest.mark.skipif(
+    _compat.global_state_connects_locked(),
+    reason="this Ray connects its state accessor under a lock (ray-project/ray#58182)",
+)
+def test_a_hosts_threads_first_read_rays_state_at_once_without_a_crash(ray_start_4_cpus):
+    """Ray 2.40's state accessor connects on first use, unlocked; the threads of
+    a shared host starting several trials' executors at once aborted it
+    (``Check failed: placement_group_accessor_ != nullptr``) about one time in
+    six. The host connects it in ``__init__``. 20 hosts: without that, one dies."""
+    from ray_tt_ext._executor_host import HostActor
+
+    for _ in range(20):
+        host = HostActor.options(num_cpus=0).remote()
+        try:
+            assert ray.get(host.__ray_call__.remote(_first_state_reads_at_once)) == 16
+        finally:
+            ray.kill(host)
 
 
 def _three_reports():

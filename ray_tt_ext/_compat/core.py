@@ -229,6 +229,33 @@ def _locked(method: Any) -> Any:
     return locked
 
 
+def connect_global_state() -> None:
+    """Connect this process's Ray state accessor now, from one thread.
+
+    Ray's ``ray._private.state.state`` (behind ``placement_group_table`` and
+    ``PlacementGroup.bundle_specs``) connects on its first use. On Ray 2.40,
+    ``GlobalState._check_connected`` does so without a lock and sets
+    ``global_state_accessor`` before ``connect()`` has returned: a second
+    thread's first use in that window aborts the process (``Check failed:
+    placement_group_accessor_ != nullptr``; ray-project/ray#58181). Rays with
+    ray-project/ray#58182 lock it (``GlobalState._connect_and_get_accessor``).
+    Runs in the executor host
+    actor's ``__init__``, before its threads start executors at once.
+    """
+    from ray._private.state import state
+
+    connect = getattr(state, "_connect_and_get_accessor", None)
+    (connect or state._check_connected)()
+
+
+def global_state_connects_locked() -> bool:
+    """Whether this Ray connects its state accessor under a lock
+    (ray-project/ray#58182), so that :func:`connect_global_state` is not needed."""
+    from ray._private.state import state
+
+    return hasattr(state, "_connect_and_get_accessor")
+
+
 def current_actor_or_none() -> Any:
     """The handle of the actor this code runs in, or ``None`` (driver, task)."""
     try:
