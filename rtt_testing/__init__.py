@@ -440,6 +440,46 @@ def actors_started(class_name: str) -> int:
     return sum(1 for a in state.actors().values() if a["ActorClassName"] == class_name)
 
 
+def assert_every_cpu_free(timeout_s: float = 20.0) -> None:
+    """Every CPU of the connected Ray is free within ``timeout_s`` (its resource
+    view lags a release by a moment); if not, the message says what holds them."""
+    import ray
+
+    deadline = time.monotonic() + timeout_s
+    while ray.available_resources().get("CPU", 0) != ray.cluster_resources()["CPU"]:
+        if time.monotonic() > deadline:
+            raise AssertionError("not every CPU came back:\n" + what_holds_resources())
+        time.sleep(0.5)
+
+
+def what_holds_resources() -> str:
+    """Ray's view of what may hold resources, for an assertion's message: the
+    free resources, the actors not dead (the GCS's actor table, as
+    :func:`actors_started`) and the placement groups not removed, and this
+    machine's Ray worker processes."""
+    import subprocess
+
+    import ray
+    from ray._private import state
+
+    lines = [f"available: {ray.available_resources()}"]
+    for actor in state.actors().values():
+        if actor["State"] != "DEAD":
+            lines.append(
+                f"actor {actor['ActorClassName']} {actor['State']} pid={actor['Pid']} "
+                f"resources={actor.get('RequiredResources')} "
+                f"pg={actor.get('PlacementGroupID')}"
+            )
+    for pg in ray.util.placement_group_table().values():
+        if pg["state"] != "REMOVED":
+            lines.append(f"placement group {pg['placement_group_id']} {pg['state']}")
+    ps = subprocess.run(
+        ["ps", "-eo", "pid,etimes,stat,cmd"], capture_output=True, text=True
+    )
+    lines += [line for line in ps.stdout.splitlines() if "ray::" in line]
+    return "\n".join(lines)
+
+
 def alive_actor_ids(class_name: str) -> set[str]:
     """The ids of this Ray's alive actors of ``class_name`` (the GCS's actor
     table, as :func:`actors_started`)."""

@@ -52,6 +52,7 @@ from rtt_testing import (  # noqa: E402
     S3_ENV,
     HeadNode,
     MotoServer,
+    assert_every_cpu_free,
     connect_client,
     init_local_ray,
 )
@@ -78,10 +79,14 @@ def _ensure_session_ray() -> None:
 
 @pytest.fixture
 def ray_start_4_cpus(_session_ray_4_cpus):
-    """A local 4-CPU Ray, shared by the session (started once)."""
+    """A local 4-CPU Ray, shared by the session (started once). In the Train V2
+    session, a test leaves every CPU of it free (within 20 s): what a trial
+    holds is given back when its Tuner ends."""
     _ensure_session_ray()
     yield
     assert not ray.util.client.ray.is_connected()
+    if TRAIN_STACK == "v2" and ray.is_initialized():
+        assert_every_cpu_free()
 
 
 @pytest.fixture(scope="module")

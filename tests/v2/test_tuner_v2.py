@@ -17,7 +17,7 @@ from v2_tune_loops import steps_loop
 
 import ray_tt_ext.v2 as v2
 from ray_tt_ext import _compat
-from rtt_testing import actors_started
+from rtt_testing import actors_started, assert_every_cpu_free
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
 
@@ -161,18 +161,7 @@ def test_trials_reserve_their_worker_group_and_give_it_back(
     from ray.util import placement_group_table
 
     assert not [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
-    assert _settled_free_cpus() == 4
-
-
-def _settled_free_cpus(timeout_s: float = 20.0) -> float:
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while True:
-        free = ray.available_resources().get("CPU", 0)
-        if free == ray.cluster_resources()["CPU"] or time.monotonic() > deadline:
-            return free
-        time.sleep(0.5)
+    assert_every_cpu_free()
 
 
 def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path, monkeypatch):
@@ -512,7 +501,7 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
 
     left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
     assert not left, left  # Ray's own Tuner leaves the stopped trials' groups
-    assert _settled_free_cpus() == 4
+    assert_every_cpu_free()
 
 
 def _refused_with_the_fix(match: str, make) -> None:
