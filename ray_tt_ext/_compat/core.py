@@ -239,13 +239,15 @@ def connect_global_state() -> None:
     thread's first use in that window aborts the process (``Check failed:
     placement_group_accessor_ != nullptr``; ray-project/ray#58181). Rays with
     ray-project/ray#58182 lock it (``GlobalState._connect_and_get_accessor``).
-    Runs in the executor host
-    actor's ``__init__``, before its threads start executors at once.
+    Runs in the executor host actor's ``__init__``, before its threads start
+    executors at once.
     """
     from ray._private.state import state
 
-    connect = getattr(state, "_connect_and_get_accessor", None)
-    (connect or state._check_connected)()
+    if global_state_connects_locked():
+        state._connect_and_get_accessor()
+    else:
+        state._check_connected()
 
 
 def global_state_connects_locked() -> bool:

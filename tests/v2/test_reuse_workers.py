@@ -19,7 +19,7 @@ from v2_tune_loops import reuse_probe_loop
 
 import ray_tt_ext.v2 as v2
 from ray_tt_ext import _compat
-from rtt_testing import actors_started, alive_actor_ids
+from rtt_testing import actors_started, alive_actor_ids, assert_every_cpu_free
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
 
@@ -163,7 +163,7 @@ def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, t
     from ray.util import placement_group_table
 
     assert not [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
-    assert _settled(lambda: ray.available_resources().get("CPU", 0), 4.0) == 4.0
+    assert_every_cpu_free()
 
 
 @pytest.mark.quick
