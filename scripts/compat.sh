@@ -3,8 +3,8 @@
 #   scripts/compat.sh RAY_VERSION [pytest args...]     e.g. scripts/compat.sh 2.40.0
 #   scripts/compat.sh --install-only RAY_VERSION       only make the venv (CI does
 #                                                      this while other jobs run)
-# Runs the whole regression suite (scripts/pytest_sessions.py: tests/ for Train V1,
-# then tests/v2 for Train V2; the `large` runs over the 512 MiB gRPC limit
+# Runs the whole regression suite (scripts/pytest_sessions.py: tests/ for Train V1
+# and tests/v2 for Train V2, side by side; the `large` runs over the 512 MiB gRPC limit
 # included: they are ray-project/ray#43234's canary); pytest args (-k, -m,
 # --basetemp=...) go to both.
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
@@ -37,7 +37,12 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ray, sys, torc
     { echo "ray $version: FAIL (could not install; see $log)"; exit 1; }
 fi
 # --no-deps: the package's declared range may not include the version under test.
-"$venv/bin/python" -m pip install -q --no-deps -e . >> "$log" 2>&1 ||
+# The lock: an editable install writes ray_tt_ext.egg-info in this checkout, and
+# CI runs this beside scripts/install, which takes the same lock.
+editable_lock=(env)
+command -v flock > /dev/null && editable_lock=(flock /tmp/ray_tt_ext-editable-install.lock)
+"${editable_lock[@]}" \
+  "$venv/bin/python" -m pip install -q --no-deps -e . >> "$log" 2>&1 ||
   { echo "ray $version: FAIL (could not install ray_tt_ext; see $log)"; exit 1; }
 if [ "$install_only" -eq 1 ]; then
   echo "ray $version: installed in $venv"

@@ -1,18 +1,29 @@
 #!/usr/bin/env python3
 """Run the regression suite: tests/ (Train V1) and tests/v2 (Train V2).
 
-    python scripts/pytest_sessions.py [--quick] [pytest args...]
+    python scripts/pytest_sessions.py [--quick] [--one-after-the-other] [pytest args...]
 
 Ray reads ``RAY_TRAIN_V2_ENABLED`` once per process, so the two cannot share
-a pytest session: ``tests/`` runs first (the V1 integration turns V1 on),
-then ``tests/v2`` with the variable unset, as Ray 2.51+ users have it. Uses
-the Python that runs this script; extra arguments go to both sessions
+a pytest session: ``tests/`` runs with the V1 integration (which turns V1 on),
+``tests/v2`` with the variable unset, as Ray 2.51+ users have it.
+
+The two sessions run side by side, each with a Ray of its own: one session
+alone keeps the 2 cores about two thirds busy (its Ray waiting on process
+starts, polls, a fresh interpreter), two keep them busy (docs/testing.md,
+"Where the time goes"; a third stream, ``tests/`` over two pytest-xdist
+workers, made the suite slower). The Train V1 session prints as it
+runs; the Train V2 session's output is printed whole once it ends (after the
+Train V1 output), so the two never interleave. ``--one-after-the-other`` runs
+``tests/`` then ``tests/v2``, each in one process, as before (to time one
+session alone, or to read a failure with nothing beside it).
+
+Uses the Python that runs this script; extra arguments go to both sessions
 (``-k``, ``-m``, ``-x``...; a ``--basetemp`` gets ``-v2`` for the second).
 Ends with one line for both, e.g. ``== both sessions: tests/ 188 passed;
 tests/v2 17 passed ==`` (``scripts/compat.sh`` puts it in its verdict). Exit
 status 0 only if both pass; a session that collects no test fails, unless a
 ``-k``/``-m`` filter deselected them all. ``--quick`` runs the quick tier only
-(``-m quick``: unit and single-fit tests, a few minutes). Standard library only.
+(``-m quick``: unit and single-fit tests, a few minutes).
 """
 
 from __future__ import annotations
@@ -21,6 +32,9 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,50 +42,122 @@ COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|desele
 NO_TESTS_COLLECTED = 5
 
 
-def run(
-    label: str, paths: list[str], args: list[str], env: dict[str, str]
-) -> tuple[int, dict]:
-    print(f"=== {label}: pytest {' '.join(paths)}", flush=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pytest", *paths, *args],
-        cwd=ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-    last = ""
-    assert proc.stdout is not None
-    for line in proc.stdout:
-        sys.stdout.write(line)
+class Session:
+    """One pytest process; its output goes to ``sys.stdout`` as it comes
+    (``live``) or to a file printed by :meth:`print_output`."""
+
+    def __init__(
+        self, label: str, paths: list[str], args: list[str], env: dict[str, str], live: bool
+    ) -> None:
+        self.label = label
+        self.args = args
+        self.last = ""
+        self.live = live
+        self._log = tempfile.TemporaryFile("w+", encoding="utf-8")
+        self.started = time.monotonic()
+        self.seconds = 0.0
+        print(
+            f"=== {label}: pytest {' '.join(paths + args)}"
+            + ("" if live else " (beside; its output follows when it ends)"),
+            flush=True,
+        )
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "pytest", *paths, *args],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if self.live:
+                sys.stdout.write(line)
+                sys.stdout.flush()
+            else:
+                self._log.write(line)
+            if COUNT.search(line) and " in " in line:
+                self.last = line
+        self.proc.wait()
+        self.seconds = time.monotonic() - self.started
+
+    def wait(self) -> int:
+        status = self.proc.wait()
+        self._reader.join()
+        return status
+
+    def print_output(self) -> None:
+        if not self.live:
+            print(f"=== {self.label}: its output", flush=True)
+            self._log.seek(0)
+            for line in self._log:
+                sys.stdout.write(line)
+        self._log.close()
         sys.stdout.flush()
-        if COUNT.search(line) and " in " in line:
-            last = line
-    status = proc.wait()
-    if status == NO_TESTS_COLLECTED and not any(a[:2] in ("-k", "-m") for a in args):
-        print(f"=== {label}: no tests collected without a -k/-m filter: a broken session")
-        status = 1
-    counts: dict[str, int] = {}
-    for n, kind in COUNT.findall(last):
-        kind = "errors" if kind.startswith("error") else kind
-        counts[kind] = counts.get(kind, 0) + int(n)
-    return (0 if status == NO_TESTS_COLLECTED else status), counts  # filtered out: fine
+
+    def result(self, status: int) -> tuple[int, dict[str, int]]:
+        if status == NO_TESTS_COLLECTED and not any(
+            a[:2] in ("-k", "-m") for a in self.args
+        ):
+            print(f"=== {self.label}: no tests collected without a -k/-m filter: broken")
+            status = 1
+        counts: dict[str, int] = {}
+        for n, kind in COUNT.findall(self.last):
+            kind = "errors" if kind.startswith("error") else kind
+            counts[kind] = counts.get(kind, 0) + int(n)
+        return (0 if status == NO_TESTS_COLLECTED else status), counts  # filtered: fine
+
+
+def _cpu_busy() -> tuple[float, float] | None:
+    """(busy, all) jiffies of the machine's CPUs so far, from /proc/stat (Linux)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(x) for x in f.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
+def _quick(args: list[str]) -> list[str]:
+    args = [a for a in args if a != "--quick"]
+    if "-m" in args[:-1]:  # pytest keeps only the last -m: combine them
+        i = args.index("-m")
+        args[i + 1] = f"quick and ({args[i + 1]})"
+        return args
+    return args + ["-m", "quick"]
 
 
 def main(args: list[str]) -> int:
     if "--quick" in args:  # the quick tier: unit and single-fit tests
-        args = [a for a in args if a != "--quick"]
-        if "-m" in args[:-1]:  # pytest keeps only the last -m: combine them
-            i = args.index("-m")
-            args[i + 1] = f"quick and ({args[i + 1]})"
-        else:
-            args += ["-m", "quick"]
+        args = _quick(args)
+    side_by_side = "--one-after-the-other" not in args
+    args = [a for a in args if a != "--one-after-the-other"]
     v1_env = dict(os.environ)
     v2_env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
     v2_env["RAY_TT_EXT_TEST_TRAIN"] = "v2"
     v2_args = [a + "-v2" if a.startswith("--basetemp=") else a for a in args]
-    status_v1, counts_v1 = run("Train V1 (tests/)", ["tests"], args, v1_env)
-    status_v2, counts_v2 = run("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env)
+    started, cpu_at_start = time.monotonic(), _cpu_busy()
+    if side_by_side:
+        v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=False)
+        v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
+        status_v1 = v1.wait()
+        v1.print_output()
+        status_v2 = v2.wait()
+        v2.print_output()
+    else:
+        v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
+        status_v1 = v1.wait()
+        v1.print_output()
+        v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=True)
+        status_v2 = v2.wait()
+        v2.print_output()
+    status_v1, counts_v1 = v1.result(status_v1)
+    status_v2, counts_v2 = v2.result(status_v2)
     order = ["failed", "errors", "passed", "skipped", "xfailed", "xpassed", "deselected"]
 
     def fmt(counts: dict[str, int]) -> str:
@@ -79,6 +165,16 @@ def main(args: list[str]) -> int:
             ", ".join(f"{counts[k]} {k}" for k in order if counts.get(k)) or "no tests ran"
         )
 
+    how = "side by side" if side_by_side else "one after the other"
+    cpu_at_end = _cpu_busy()
+    busy = ""
+    if cpu_at_start and cpu_at_end and cpu_at_end[1] > cpu_at_start[1]:
+        share = (cpu_at_end[0] - cpu_at_start[0]) / (cpu_at_end[1] - cpu_at_start[1])
+        busy = f"; the machine's {os.cpu_count()} CPUs {share:.0%} busy"
+    print(
+        f"== session times ({how}): tests/ {v1.seconds:.0f} s, tests/v2 {v2.seconds:.0f} s,"
+        f" both {time.monotonic() - started:.0f} s{busy} =="
+    )
     print(f"== both sessions: tests/ {fmt(counts_v1)}; tests/v2 {fmt(counts_v2)} ==")
     return 0 if status_v1 == 0 and status_v2 == 0 else 1
 
