@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import tempfile
@@ -67,28 +68,47 @@ class Session:
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
-            text=True,
+            encoding="utf-8",
+            errors="replace",
         )
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
     def _read(self) -> None:
+        """Copy the output until it ends. Whatever goes wrong here (this script's
+        stdout closed, a full disk), the pipe is still drained: a pytest blocked
+        on a full pipe would never end."""
         assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if self.live:
-                sys.stdout.write(line)
-                sys.stdout.flush()
-            else:
-                self._log.write(line)
-            if COUNT.search(line) and " in " in line:
-                self.last = line
-        self.proc.wait()
-        self.seconds = time.monotonic() - self.started
+        try:
+            for line in self.proc.stdout:
+                if COUNT.search(line) and " in " in line:
+                    self.last = line
+                if self.live:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                else:
+                    self._log.write(line)
+        finally:
+            for line in self.proc.stdout:
+                if COUNT.search(line) and " in " in line:
+                    self.last = line
+            self.proc.wait()
+            self.seconds = time.monotonic() - self.started
 
     def wait(self) -> int:
-        status = self.proc.wait()
         self._reader.join()
-        return status
+        return self.proc.wait()
+
+    def interrupt(self, grace_s: float = 30.0) -> None:
+        """Stop the pytest process (Ctrl-C, as a terminal sends it), then kill it
+        if it has not ended within ``grace_s``."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            try:
+                self.proc.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self._reader.join()
 
     def print_output(self) -> None:
         if not self.live:
@@ -119,8 +139,22 @@ def _cpu_busy() -> tuple[float, float] | None:
             fields = [int(x) for x in f.readline().split()[1:]]
     except (OSError, ValueError):
         return None
+    # user nice system idle iowait irq softirq (steal, and guest, already in user)
+    fields = fields[:7]
     idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
     return sum(fields) - idle, sum(fields)
+
+
+def _own_basetemp(args: list[str], suffix: str) -> list[str]:
+    """``args`` with a ``--basetemp`` of their own (pytest empties the basetemp
+    when a session starts: side by side, a shared one would lose files)."""
+    out = list(args)
+    for i, a in enumerate(out):
+        if a.startswith("--basetemp="):
+            out[i] = a + suffix
+        elif a == "--basetemp" and i + 1 < len(out):
+            out[i + 1] = out[i + 1] + suffix
+    return out
 
 
 def _quick(args: list[str]) -> list[str]:
@@ -140,22 +174,36 @@ def main(args: list[str]) -> int:
     v1_env = dict(os.environ)
     v2_env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
     v2_env["RAY_TT_EXT_TEST_TRAIN"] = "v2"
-    v2_args = [a + "-v2" if a.startswith("--basetemp=") else a for a in args]
+    v2_args = _own_basetemp(args, "-v2")
     started, cpu_at_start = time.monotonic(), _cpu_busy()
-    if side_by_side:
-        v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=False)
-        v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
-        status_v1 = v1.wait()
-        v1.print_output()
-        status_v2 = v2.wait()
-        v2.print_output()
-    else:
-        v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
-        status_v1 = v1.wait()
-        v1.print_output()
-        v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=True)
-        status_v2 = v2.wait()
-        v2.print_output()
+    sessions: list[Session] = []
+    try:
+        if side_by_side:
+            v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=False)
+            sessions.append(v2)
+            v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
+            sessions.append(v1)
+            status_v1 = v1.wait()
+            v1.print_output()
+            status_v2 = v2.wait()
+            v2.print_output()
+        else:
+            v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
+            sessions.append(v1)
+            status_v1 = v1.wait()
+            v1.print_output()
+            v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=True)
+            sessions.append(v2)
+            status_v2 = v2.wait()
+            v2.print_output()
+    except KeyboardInterrupt:  # stop both sessions, and show what the buffered one said
+        for session in sessions:
+            session.interrupt()
+        for session in sessions:
+            if not session._log.closed:
+                session.print_output()
+        print("=== interrupted", flush=True)
+        return 130
     status_v1, counts_v1 = v1.result(status_v1)
     status_v2, counts_v2 = v2.result(status_v2)
     order = ["failed", "errors", "passed", "skipped", "xfailed", "xpassed", "deselected"]
