@@ -42,6 +42,29 @@ def _ratio_rows(section: dict) -> list[str]:
     return rows
 
 
+def _uss_by_role_table(data: dict[str, Any]) -> list[str]:
+    """``v2_trials``: each kind of process's USS, per process, in the memory runs."""
+    per = {
+        f: data[f]["memory"].get("uss_mib_per_process") for f in ("v2_tuner", "v1_tuner")
+    }
+    if not all(per.values()):
+        return []  # a run from before the script recorded it
+    roles = sorted(set(per["v2_tuner"]) | set(per["v1_tuner"]))
+    lines = [
+        "",
+        "Memory by kind of process: the USS of one process of each kind (median of "
+        "the same samples; the processes Ray shares between trials, such as its "
+        "autoscaling coordinator and agents, count once however many trials run).",
+        "",
+        "| process | v2_tuner | v1_tuner |",
+        "| --- | --- | --- |",
+    ]
+    for role in roles:
+        cells = [f"{per[f][role]:.1f} MiB" if role in per[f] else "-" for f in per]
+        lines.append(f"| {role} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def _cpu_by_role_table(
     data: dict, flavours: tuple[str, ...] = ("v2_tuner", "v1_tuner")
 ) -> list[str]:
@@ -278,6 +301,7 @@ def render(sections: dict[str, Any]) -> str:
                     f"| {m['uss_mib']:.0f} / {m['rss_mib']:.0f} MiB | {m['trials_at_once']} "
                     f"| {r['placement_groups_left']} | {r['free_cpus']:.0f} |"
                 )
+            lines += _uss_by_role_table(data)
             lines += _cpu_by_role_table(data)
             lines += ["", "### Notes", "", _notes("v2_trials")]
         elif name == "reuse_trials":

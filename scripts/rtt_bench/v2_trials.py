@@ -75,7 +75,10 @@ def bench_v2_trials(quick: bool, storage: str) -> dict[str, Any]:
         out[flavour]["seconds_per_trial"] = out[flavour]["seconds"] / n
         memory = _v2_trials_run(flavour, 4, hold_s=6.0)["memory"]
         out[flavour]["memory"] = memory
-        progress(f"v2_trials {flavour}: {memory['uss_mib']:.0f} MiB per running trial")
+        progress(
+            f"v2_trials {flavour}: {memory['uss_mib']:.0f} MiB per running trial; "
+            f"USS per process: {memory.get('uss_mib_per_process')}"
+        )
     # Where the CPU goes (a run of its own: sampling costs CPU too).
     for flavour in ("v2_tuner", "v1_tuner"):
         roles = _v2_trials_run(flavour, n, cpu=True)["cpu_by_role"]

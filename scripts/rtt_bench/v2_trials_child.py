@@ -37,7 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
@@ -103,12 +103,14 @@ class MemorySampler(_Sampler):
 
     def __init__(self) -> None:
         super().__init__()
-        self.samples: list[tuple[int, int, int]] = []  # (workers, uss, rss)
+        #: (training workers, USS, RSS, {role: (processes, USS)}) per sample.
+        self.samples: list[tuple[int, int, int, dict[str, tuple[int, int]]]] = []
 
     def _sample(self) -> None:
         import psutil
 
         workers = uss = rss = 0
+        roles: dict[str, tuple[int, int]] = {}
         for proc in psutil.process_iter(["cmdline"]):
             title = " ".join(proc.info["cmdline"] or [])
             if not title.startswith("ray::") or title.startswith("ray::IDLE"):
@@ -119,17 +121,30 @@ class MemorySampler(_Sampler):
                 continue
             uss, rss = uss + info.uss, rss + info.rss
             workers += "RayTrainWorker" in title
-        self.samples.append((workers, uss, rss))
+            role = title.split()[0].split(".")[0]
+            count, role_uss = roles.get(role, (0, 0))
+            roles[role] = (count + 1, role_uss + info.uss)
+        self.samples.append((workers, uss, rss, roles))
 
-    def per_trial_mib(self) -> dict[str, float]:
+    def per_trial_mib(self) -> dict[str, Any]:
+        """Per running trial (the samples with the most training workers), and
+        each role's USS per process (``ray::<actor class>``: the trial actor,
+        the training worker, Ray's shared actors) in those samples."""
         import statistics
 
-        most = max(w for w, _, _ in self.samples)
-        full = [(u / w, r / w) for w, u, r in self.samples if w == most and w]
+        most = max(s[0] for s in self.samples)
+        full = [s for s in self.samples if s[0] == most and most]
+        by_role: dict[str, list[float]] = {}
+        for _, _, _, roles in full:
+            for role, (count, role_uss) in roles.items():
+                by_role.setdefault(role, []).append(role_uss / count / 2**20)
         return {
             "trials_at_once": most,
-            "uss_mib": statistics.median(u for u, _ in full) / 2**20,
-            "rss_mib": statistics.median(r for _, r in full) / 2**20,
+            "uss_mib": statistics.median(u / w for w, u, _, _ in full) / 2**20,
+            "rss_mib": statistics.median(r / w for w, _, r, _ in full) / 2**20,
+            "uss_mib_per_process": {
+                role: round(statistics.median(v), 1) for role, v in sorted(by_role.items())
+            },
         }
 
 
