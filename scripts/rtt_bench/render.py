@@ -54,7 +54,8 @@ def _uss_by_role_table(data: dict[str, Any]) -> list[str]:
         "",
         "Memory by kind of process: the USS of one process of each kind (median of "
         "the same samples; the processes Ray shares between trials, such as its "
-        "autoscaling coordinator and agents, count once however many trials run).",
+        "autoscaling coordinator and agents, count once however many trials run; a "
+        "Train V1 worker is named `ray::_RayTrainWorker__execute` while it runs the loop).",
         "",
         "| process | v2_tuner | v1_tuner |",
         "| --- | --- | --- |",
