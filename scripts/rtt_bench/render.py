@@ -44,21 +44,22 @@ def _ratio_rows(section: dict) -> list[str]:
 
 def _uss_by_role_table(data: dict[str, Any]) -> list[str]:
     """``v2_trials``: each kind of process's USS, per process, in the memory runs."""
-    per = {
-        f: data[f]["memory"].get("uss_mib_per_process") for f in ("v2_tuner", "v1_tuner")
-    }
+    per = {f: data[f]["memory"].get("uss_mib_per_process") for f in _V2_FLAVOURS}
     if not all(per.values()):
         return []  # a run from before the script recorded it
-    roles = sorted(set(per["v2_tuner"]) | set(per["v1_tuner"]))
+    roles = sorted(set().union(*per.values()))
     lines = [
         "",
-        "Memory by kind of process: the USS of one process of each kind (median of "
-        "the same samples; the processes Ray shares between trials, such as its "
-        "autoscaling coordinator and agents, count once however many trials run; a "
-        "Train V1 worker is named `ray::_RayTrainWorker__execute` while it runs the loop).",
+        "Memory by kind of process: for each kind, the median over the samples "
+        "with the most trials at once of one process's USS (the mean of that kind's "
+        "processes in the sample). The processes Ray shares between trials (its "
+        "autoscaling coordinator and agents) are one each, whatever the number of "
+        "trials; a Train V1 worker is named `ray::_RayTrainWorker__execute` while "
+        "it runs the loop, so its two rows come from different samples and the "
+        "rows do not add up to the figure per running trial.",
         "",
-        "| process | v2_tuner | v1_tuner |",
-        "| --- | --- | --- |",
+        "| process | " + " | ".join(per) + " |",
+        "| --- | " + " | ".join("---" for _ in per) + " |",
     ]
     for role in roles:
         cells = [f"{per[f][role]:.1f} MiB" if role in per[f] else "-" for f in per]

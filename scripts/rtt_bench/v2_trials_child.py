@@ -98,6 +98,12 @@ class _Sampler:
         raise NotImplementedError
 
 
+def _actor_role(title: str) -> str:
+    """``ray::<actor class>`` of a Ray worker's process title
+    (``ray::RayTrainWorker.run_train_fn`` -> ``ray::RayTrainWorker``)."""
+    return title.split()[0].split(".")[0].rstrip(":")
+
+
 class MemorySampler(_Sampler):
     """Samples the memory of this machine's Ray worker processes (bench only)."""
 
@@ -121,7 +127,7 @@ class MemorySampler(_Sampler):
                 continue
             uss, rss = uss + info.uss, rss + info.rss
             workers += "RayTrainWorker" in title
-            role = title.split()[0].split(".")[0]
+            role = _actor_role(title)
             count, role_uss = roles.get(role, (0, 0))
             roles[role] = (count + 1, role_uss + info.uss)
         self.samples.append((workers, uss, rss, roles))
@@ -132,8 +138,10 @@ class MemorySampler(_Sampler):
         the training worker, Ray's shared actors) in those samples."""
         import statistics
 
-        most = max(s[0] for s in self.samples)
-        full = [s for s in self.samples if s[0] == most and most]
+        most = max((s[0] for s in self.samples), default=0)
+        if not most:
+            raise RuntimeError("no memory sample saw a training worker running")
+        full = [s for s in self.samples if s[0] == most]
         by_role: dict[str, list[float]] = {}
         for _, _, _, roles in full:
             for role, (count, role_uss) in roles.items():
@@ -169,7 +177,7 @@ class CpuSampler(_Sampler):
             return "driver"
         title = " ".join(cmdline)
         if title.startswith("ray::"):
-            return title.split()[0].split(".")[0].rstrip(":")
+            return _actor_role(title)
         if "default_worker.py" in title:
             return "(started, never an actor)"
         if "/ray/" in title or "ray/core/src" in title:
