@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 from ray_tt_ext._payload import format_bytes
 from rtt_bench.common import _fit_seconds
@@ -42,14 +42,32 @@ def _ratio_rows(section: dict) -> list[str]:
     return rows
 
 
+def _by_role_table(
+    caption: str, flavours: list[str], rows: list[tuple[str, list[str]]]
+) -> list[str]:
+    """A caption, then a table of kinds of process (a row each) by flavour."""
+    return [
+        "",
+        caption,
+        "",
+        "| process | " + " | ".join(flavours) + " |",
+        "| --- | " + " | ".join("---" for _ in flavours) + " |",
+        *(f"| {role} | " + " | ".join(cells) + " |" for role, cells in rows),
+    ]
+
+
+def _cpu_cell(role: Optional[dict[str, float]], n: int) -> str:
+    """CPU seconds and processes per trial of one kind of process, or ``-``."""
+    return f"{role['cpu_s'] / n:.2f} s ({role['processes'] / n:.2g})" if role else "-"
+
+
 def _uss_by_role_table(data: dict[str, Any]) -> list[str]:
     """``v2_trials``: each kind of process's USS, per process, in the memory runs."""
     per = {f: data[f]["memory"].get("uss_mib_per_process") for f in _V2_FLAVOURS}
     if not all(per.values()):
         return []  # a run from before the script recorded it
     roles = sorted(set().union(*per.values()))
-    lines = [
-        "",
+    return _by_role_table(
         "Memory by kind of process: for each kind, the median over the samples "
         "with the most trials at once of one process's USS (the mean of that kind's "
         "processes in the sample). The processes Ray shares between trials (its "
@@ -57,14 +75,12 @@ def _uss_by_role_table(data: dict[str, Any]) -> list[str]:
         "trials; a Train V1 worker is named `ray::_RayTrainWorker__execute` while "
         "it runs the loop, so its two rows come from different samples and the "
         "rows do not add up to the figure per running trial.",
-        "",
-        "| process | " + " | ".join(per) + " |",
-        "| --- | " + " | ".join("---" for _ in per) + " |",
-    ]
-    for role in roles:
-        cells = [f"{per[f][role]:.1f} MiB" if role in per[f] else "-" for f in per]
-        lines.append(f"| {role} | " + " | ".join(cells) + " |")
-    return lines
+        list(per),
+        [
+            (role, [f"{per[f][role]:.1f} MiB" if role in per[f] else "-" for f in per])
+            for role in roles
+        ],
+    )
 
 
 def _cpu_by_role_table(
@@ -83,24 +99,19 @@ def _cpu_by_role_table(
             -max(data[f]["cpu_by_role"].get(r, {}).get("cpu_s", 0) for f in flavours)
         ),
     )
-    lines = [
-        "",
+    lines = _by_role_table(
         f"Where the CPU goes: CPU seconds per trial (user + system) by kind of process, "
         f"a run of {n} trials of each with the processes sampled every 0.1 s "
         "(in brackets: processes per trial last seen in that role). "
         "`(started, never an actor)`: Ray worker processes never seen running an "
         "actor (an actor killed while its process was starting, or a pooled "
         "worker not yet named).",
-        "",
-        "| process | " + " | ".join(flavours) + " |",
-        "| --- | " + " | ".join("---" for _ in flavours) + " |",
-    ]
-    for role in roles:
-        cells = []
-        for f in flavours:
-            r = data[f]["cpu_by_role"].get(role)
-            cells.append(f"{r['cpu_s'] / n:.2f} s ({r['processes'] / n:.2g})" if r else "-")
-        lines.append(f"| {role} | " + " | ".join(cells) + " |")
+        flavours,
+        [
+            (role, [_cpu_cell(data[f]["cpu_by_role"].get(role), n) for f in flavours])
+            for role in roles
+        ],
+    )
     totals = [
         sum(r["cpu_s"] for r in data[f]["cpu_by_role"].values()) / n for f in flavours
     ]
