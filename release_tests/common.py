@@ -9,9 +9,11 @@ fails an ``assert``) when the guarantee does not hold. ``main(run)`` parses
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Callable
@@ -90,6 +92,55 @@ class Context:
             self._s3 = None
 
 
+def cluster_report() -> list[str]:
+    """What the connected Ray says now: its nodes, free resources, placement groups.
+
+    Public Ray calls only (no dashboard needed: a ``Cluster`` head runs none).
+    """
+    import ray
+
+    if not ray.is_initialized():
+        return ["Ray: not connected"]
+    lines = []
+    for node in ray.nodes():
+        state = "alive" if node["Alive"] else "dead"
+        resources = {k: v for k, v in node["Resources"].items() if "_group_" not in k}
+        lines.append(f"node {node['NodeID'][:8]} {state} {resources}")
+    free = {k: v for k, v in ray.available_resources().items() if "_group_" not in k}
+    lines.append(f"free: {free}")
+    for pg_id, pg in ray.util.placement_group_table().items():
+        if pg["state"] == "REMOVED":
+            continue
+        nodes = sorted({n[:8] for n in pg.get("bundles_to_node_id", {}).values()})
+        lines.append(
+            f"placement group {pg_id[:8]} {pg['name'] or '-'} {pg['state']}: "
+            f"{list(pg['bundles'].values())} on {nodes}"
+        )
+    return lines
+
+
+def _watchdog(ctx: Context, after_s: float, done: threading.Event) -> None:
+    """Past ``after_s`` (the runner's budget less a margin), say where the run is:
+    ``<out>/<name>.diagnosis.txt`` (the runner prints it if the budget runs out)
+    and the driver's thread stacks on stderr. A thread of the scenario's driver."""
+    if done.wait(after_s):
+        return
+    lines = [f"{ctx.name} after {after_s:.0f} s:"]
+    try:
+        lines += cluster_report()
+    except Exception as e:  # the report must not take the run down
+        lines.append(f"cluster report failed: {type(e).__name__}: {e}")
+    results = ctx.out_dir / f"{ctx.name}_ray_results"
+    if results.exists():
+        checkpoints = sorted(
+            str(p.relative_to(results)) for p in results.glob("*/*/checkpoint_*")
+        )
+        lines.append(f"{len(checkpoints)} checkpoint folders: {checkpoints[-6:]}")
+    (ctx.out_dir / f"{ctx.name}.diagnosis.txt").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+    faulthandler.dump_traceback(all_threads=True)
+
+
 def main(run: Callable[[Context], dict[str, Any]]) -> int:
     name = Path(sys.argv[0]).stem
     parser = argparse.ArgumentParser(prog=name)
@@ -98,6 +149,12 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
     parser.add_argument("--out", default="release_results", help="folder for the JSON")
     parser.add_argument(
         "--storage", choices=["local", "s3"], default="local", help="where results go"
+    )
+    parser.add_argument(
+        "--diagnose-after",
+        type=float,
+        default=None,
+        help="seconds; a run still going then reports its cluster and stacks",
     )
     args = parser.parse_args()
     if args.storage != "local":
@@ -112,6 +169,12 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
     ctx.out_dir.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     record: dict[str, Any] = {"name": name, "smoke": args.smoke}
+    done = threading.Event()
+    (ctx.out_dir / f"{name}.diagnosis.txt").unlink(missing_ok=True)
+    if args.diagnose_after is not None:
+        threading.Thread(
+            target=_watchdog, args=(ctx, args.diagnose_after, done), daemon=True
+        ).start()
     try:
         metrics = run(ctx)
         record.update(passed=True, metrics=metrics)
@@ -124,6 +187,7 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
         )
         traceback.print_exc()
     finally:
+        done.set()
         ctx.close()
     record["duration_s"] = round(time.monotonic() - started, 2)
     path = ctx.out_dir / f"{name}.json"

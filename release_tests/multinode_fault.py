@@ -79,6 +79,9 @@ def run(ctx: Context) -> dict:
                     cluster.remove_node(node, allow_graceful=False)
                     killed["node"] = node.node_id
                     killed["at"] = time.monotonic()
+                    ctx.progress(
+                        f"removed worker node {node.node_id[:8]} after checkpoint 1"
+                    )
                     return
             time.sleep(0.2)
 

@@ -28,6 +28,9 @@ except ImportError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = ROOT / "release_tests"
+#: A scenario still running this many seconds before its budget ends reports
+#: its cluster and stacks (``--diagnose-after``; release_tests/common.py).
+DIAGNOSIS_MARGIN_S = 20
 
 
 def load_manifest() -> list:
@@ -46,6 +49,9 @@ def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     cmd += scenario.get("args", [])
     if args.smoke:
         cmd.append("--smoke")
+    # Past this, the scenario says where it is (its cluster, its stacks), in
+    # case its budget runs out.
+    cmd += ["--diagnose-after", str(max(budget - DIAGNOSIS_MARGIN_S, budget / 2))]
     if args.address and scenario["cluster"] != "cluster3":
         cmd += ["--address", args.address]
     print(
@@ -74,7 +80,12 @@ def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the scenario's own process group only
         proc.wait()
-        return failed(f"over its time budget of {budget} s")
+        record = failed(f"over its time budget of {budget} s")
+        diagnosis = out / f"{scenario['name']}.diagnosis.txt"
+        if diagnosis.exists():
+            record["diagnosis"] = diagnosis.read_text().splitlines()
+            result_file.write_text(json.dumps(record, indent=2))
+        return record
     if not result_file.exists():
         return failed(f"exited {proc.returncode} without writing {result_file.name}")
     record = json.loads(result_file.read_text())
@@ -175,6 +186,10 @@ def main(argv=None) -> int:
             f"{r['name']:24} {'PASS' if r['passed'] else 'FAIL':7} {r['duration_s']:8.1f}  "
             f"{detail[:120]}"
         )
+    for r in records:
+        if r.get("diagnosis"):
+            print(f"\n{r['name']}, {DIAGNOSIS_MARGIN_S} s before its budget ran out:")
+            print("\n".join(f"  {line}" for line in r["diagnosis"][1:]))
     failed = [r["name"] for r in records if not r["passed"]]
     print(f"\nall scenarios: {time.monotonic() - started:.0f} s")
     if not args.smoke and not args.only and not args.address:
