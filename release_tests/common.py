@@ -2,8 +2,11 @@
 
 A scenario is ``def run(ctx: Context) -> dict`` (the metrics); it raises (or
 fails an ``assert``) when the guarantee does not hold. ``main(run)`` parses
-``--smoke --address --out``, times the run and writes ``<out>/<name>.json`` with
-``name``, ``passed``, ``duration_s``, ``metrics`` and, on failure, ``error``.
+``--smoke --address --out --storage``, times the run and writes
+``<out>/<name>.json`` with ``name``, ``passed``, ``duration_s``, ``metrics``
+and, on failure, ``error``. With ``--diagnose-after S`` (the runner passes its
+budget less 20 s), a run still going after S seconds writes where it stands to
+``<out>/<name>.diagnosis.txt`` and its thread stacks to stderr.
 """
 
 from __future__ import annotations
