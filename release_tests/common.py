@@ -4,9 +4,9 @@ A scenario is ``def run(ctx: Context) -> dict`` (the metrics); it raises (or
 fails an ``assert``) when the guarantee does not hold. ``main(run)`` parses
 ``--smoke --address --out --storage``, times the run and writes
 ``<out>/<name>.json`` with ``name``, ``passed``, ``duration_s``, ``metrics``
-and, on failure, ``error``. With ``--diagnose-after S`` (the runner passes its
-budget less 20 s), a run still going after S seconds writes where it stands to
-``<out>/<name>.diagnosis.txt`` and its thread stacks to stderr.
+and, on failure, ``error``. With ``--diagnose-at T`` (the runner passes the
+time 20 s before its budget ends), a run still going at T writes where it
+stands to ``<out>/<name>.diagnosis.txt`` and its thread stacks to stderr.
 """
 
 from __future__ import annotations
@@ -72,8 +72,13 @@ class Context:
             init_local_ray(num_cpus, log_to_driver=False)
 
     @property
+    def results_dir(self) -> Path:
+        """The local folder of the scenario's results (not made here)."""
+        return self.out_dir / f"{self.name}_ray_results"
+
+    @property
     def storage_path(self) -> str:
-        path = self.out_dir / f"{self.name}_ray_results"
+        path = self.results_dir
         path.mkdir(parents=True, exist_ok=True)
         return str(path.resolve())
 
@@ -95,53 +100,71 @@ class Context:
             self._s3 = None
 
 
-def cluster_report() -> list[str]:
-    """What the connected Ray says now: its nodes, free resources, placement groups.
+#: How long a stuck run's report waits for Ray's answer (Ray's calls take no timeout).
+CLUSTER_REPORT_TIMEOUT_S = 10.0
 
-    Public Ray calls only (no dashboard needed: a ``Cluster`` head runs none).
-    """
+
+def cluster_report() -> list[str]:
+    """What the connected Ray says now (``rtt_testing.what_holds_resources``)."""
+    if "ray" not in sys.modules:
+        return ["Ray: not imported"]
     import ray
 
     if not ray.is_initialized():
         return ["Ray: not connected"]
+    from rtt_testing import what_holds_resources
+
+    return what_holds_resources().splitlines()
+
+
+def _results_report(ctx: Context) -> list[str]:
+    """The local results' trial folders and what each holds (checkpoints, by
+    whatever name the scenario gives them)."""
+    if ctx.storage != "local":
+        return [f"results on {ctx.storage}: not listed"]
+    if not ctx.results_dir.exists():
+        return ["no results folder yet"]
     lines = []
-    for node in ray.nodes():
-        state = "alive" if node["Alive"] else "dead"
-        resources = {k: v for k, v in node["Resources"].items() if "_group_" not in k}
-        lines.append(f"node {node['NodeID'][:8]} {state} {resources}")
-    free = {k: v for k, v in ray.available_resources().items() if "_group_" not in k}
-    lines.append(f"free: {free}")
-    for pg_id, pg in ray.util.placement_group_table().items():
-        if pg["state"] == "REMOVED":
-            continue
-        nodes = sorted({n[:8] for n in pg.get("bundles_to_node_id", {}).values()})
+    trials = sorted(p for p in ctx.results_dir.glob("*/*") if p.is_dir())
+    for trial in trials[:10]:
+        folders = sorted(p.name for p in trial.iterdir() if p.is_dir())
+        last = folders[-1] if folders else "-"
         lines.append(
-            f"placement group {pg_id[:8]} {pg['name'] or '-'} {pg['state']}: "
-            f"{list(pg['bundles'].values())} on {nodes}"
+            f"{trial.relative_to(ctx.results_dir)}: {len(folders)} folders, last {last}"
         )
-    return lines
+    if len(trials) > 10:
+        lines.append(f"... and {len(trials) - 10} trial folders more")
+    return lines or ["no trial folder yet"]
 
 
-def _watchdog(ctx: Context, after_s: float, done: threading.Event) -> None:
-    """Past ``after_s`` (the runner's budget less a margin), say where the run is:
-    ``<out>/<name>.diagnosis.txt`` (the runner prints it if the budget runs out)
-    and the driver's thread stacks on stderr. A thread of the scenario's driver."""
-    if done.wait(after_s):
+def _watchdog(ctx: Context, delay_s: float, done: threading.Event) -> None:
+    """After ``delay_s``, a run not done says where it stands in
+    ``<out>/<name>.diagnosis.txt``: its results first (no Ray needed), then
+    Ray's view, waited for at most :data:`CLUSTER_REPORT_TIMEOUT_S` (a stuck
+    cluster may not answer). A thread of the scenario's driver; the driver's
+    thread stacks come from ``faulthandler`` (see :func:`main`)."""
+    if done.wait(delay_s):
         return
-    lines = [f"{ctx.name} after {after_s:.0f} s:"]
-    try:
-        lines += cluster_report()
-    except Exception as e:  # the report must not take the run down
-        lines.append(f"cluster report failed: {type(e).__name__}: {e}")
-    results = ctx.out_dir / f"{ctx.name}_ray_results"
-    if results.exists():
-        checkpoints = sorted(
-            str(p.relative_to(results)) for p in results.glob("*/*/checkpoint_*")
-        )
-        lines.append(f"{len(checkpoints)} checkpoint folders: {checkpoints[-6:]}")
-    (ctx.out_dir / f"{ctx.name}.diagnosis.txt").write_text("\n".join(lines) + "\n")
+    path = ctx.out_dir / f"{ctx.name}.diagnosis.txt"
+    lines = [f"at {time.strftime('%H:%M:%S')}:", *_results_report(ctx)]
+    path.write_text("\n".join(lines) + "\n")
+    report: list[str] = []
+
+    def ask_ray() -> None:
+        try:
+            report.extend(cluster_report())
+        except Exception as e:  # the report must not take the run down
+            report.append(f"cluster report failed: {type(e).__name__}: {e}")
+
+    asking = threading.Thread(target=ask_ray, daemon=True)
+    asking.start()
+    asking.join(CLUSTER_REPORT_TIMEOUT_S)
+    if asking.is_alive():
+        lines.append(f"Ray did not answer in {CLUSTER_REPORT_TIMEOUT_S:.0f} s")
+    else:
+        lines += report
+    path.write_text("\n".join(lines) + "\n")
     print("\n".join(lines), flush=True)
-    faulthandler.dump_traceback(all_threads=True)
 
 
 def main(run: Callable[[Context], dict[str, Any]]) -> int:
@@ -154,10 +177,11 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
         "--storage", choices=["local", "s3"], default="local", help="where results go"
     )
     parser.add_argument(
-        "--diagnose-after",
+        "--diagnose-at",
         type=float,
         default=None,
-        help="seconds; a run still going then reports its cluster and stacks",
+        help="a time (seconds since the epoch): a run still going then reports "
+        "where it stands and its thread stacks",
     )
     args = parser.parse_args()
     if args.storage != "local":
@@ -173,11 +197,13 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
     started = time.monotonic()
     record: dict[str, Any] = {"name": name, "smoke": args.smoke}
     done = threading.Event()
-    (ctx.out_dir / f"{name}.diagnosis.txt").unlink(missing_ok=True)
-    if args.diagnose_after is not None:
-        threading.Thread(
-            target=_watchdog, args=(ctx, args.diagnose_after, done), daemon=True
-        ).start()
+    watchdog = None
+    if args.diagnose_at is not None:
+        delay = max(args.diagnose_at - time.time(), 0.0)
+        # The stacks from C, whatever holds the interpreter or Ray.
+        faulthandler.dump_traceback_later(delay)
+        watchdog = threading.Thread(target=_watchdog, args=(ctx, delay, done), daemon=True)
+        watchdog.start()
     try:
         metrics = run(ctx)
         record.update(passed=True, metrics=metrics)
@@ -191,6 +217,9 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
         traceback.print_exc()
     finally:
         done.set()
+        if watchdog is not None:
+            faulthandler.cancel_dump_traceback_later()
+            watchdog.join(CLUSTER_REPORT_TIMEOUT_S + 5)  # a report under way ends first
         ctx.close()
     record["duration_s"] = round(time.monotonic() - started, 2)
     path = ctx.out_dir / f"{name}.json"

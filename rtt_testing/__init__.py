@@ -453,26 +453,43 @@ def assert_every_cpu_free(timeout_s: float = 20.0) -> None:
 
 
 def what_holds_resources() -> str:
-    """Ray's view of what may hold resources, for an assertion's message: the
-    free resources, the actors not dead (the GCS's actor table, as
-    :func:`actors_started`) and the placement groups not removed, and this
+    """Ray's view of what may hold resources, for an assertion's message or a
+    stuck run's report: each node (alive or dead, its resources), the free
+    resources, the actors not dead (the GCS's actor table, as
+    :func:`actors_started`; not under Ray Client, which has no such table), the
+    placement groups not removed with the nodes their bundles sit on, and this
     machine's Ray worker processes."""
     import subprocess
 
     import ray
-    from ray._private import state
 
-    lines = [f"available: {ray.available_resources()}"]
-    for actor in state.actors().values():
-        if actor["State"] != "DEAD":
-            lines.append(
-                f"actor {actor['ActorClassName']} {actor['State']} pid={actor['Pid']} "
-                f"resources={actor.get('RequiredResources')} "
-                f"pg={actor.get('PlacementGroupID')}"
-            )
+    def plain(resources: dict) -> dict:  # without the placement groups' own names
+        return {k: v for k, v in resources.items() if "_group_" not in k}
+
+    lines = []
+    for node in ray.nodes():
+        state = "alive" if node["Alive"] else "dead"
+        lines.append(f"node {node['NodeID'][:8]} {state} {plain(node['Resources'])}")
+    lines.append(f"available: {plain(ray.available_resources())}")
+    if ray.util.client.ray.is_connected():
+        lines.append("actors: not listed under Ray Client")
+    else:
+        from ray._private import state
+
+        for actor in state.actors().values():
+            if actor["State"] != "DEAD":
+                lines.append(
+                    f"actor {actor['ActorClassName']} {actor['State']} pid={actor['Pid']} "
+                    f"resources={actor.get('RequiredResources')} "
+                    f"pg={actor.get('PlacementGroupID')}"
+                )
     for pg in ray.util.placement_group_table().values():
         if pg["state"] != "REMOVED":
-            lines.append(f"placement group {pg['placement_group_id']} {pg['state']}")
+            nodes = sorted({n[:8] for n in pg.get("bundles_to_node_id", {}).values()})
+            lines.append(
+                f"placement group {pg['placement_group_id']} {pg['state']}: "
+                f"{list(pg['bundles'].values())} on nodes {nodes}"
+            )
     ps = subprocess.run(
         ["ps", "-eo", "pid,etimes,stat,cmd"], capture_output=True, text=True
     )

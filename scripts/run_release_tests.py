@@ -28,8 +28,9 @@ except ImportError:  # Python 3.10
 
 ROOT = Path(__file__).resolve().parent.parent
 RELEASE = ROOT / "release_tests"
-#: A scenario still running this many seconds before its budget ends reports
-#: its cluster and stacks (``--diagnose-after``; release_tests/common.py).
+#: A scenario still running this many seconds before its budget ends (half
+#: way, for a budget under twice this) reports where it stands: its results,
+#: its Ray, its stacks (``--diagnose-at``; release_tests/common.py).
 DIAGNOSIS_MARGIN_S = 20
 
 
@@ -49,9 +50,6 @@ def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     cmd += scenario.get("args", [])
     if args.smoke:
         cmd.append("--smoke")
-    # Past this, the scenario says where it is (its cluster, its stacks), in
-    # case its budget runs out.
-    cmd += ["--diagnose-after", str(max(budget - DIAGNOSIS_MARGIN_S, budget / 2))]
     if args.address and scenario["cluster"] != "cluster3":
         cmd += ["--address", args.address]
     print(
@@ -61,16 +59,23 @@ def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     )
     result_file = out / f"{scenario['name']}.json"
     result_file.unlink(missing_ok=True)
+    diagnosis = out / f"{scenario['name']}.diagnosis.txt"
+    diagnosis.unlink(missing_ok=True)
+    # Then, a scenario still running says where it stands (its results, its
+    # Ray, its stacks), in case its budget runs out.
+    diagnose_after = max(budget - DIAGNOSIS_MARGIN_S, budget / 2)
+    cmd += ["--diagnose-at", f"{time.time() + diagnose_after:.3f}"]
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=RELEASE, start_new_session=True, env=os.environ.copy())
 
-    def failed(error: str) -> dict:
+    def failed(error: str, **more: object) -> dict:
         record = {
             "name": scenario["name"],
             "passed": False,
             "duration_s": round(time.monotonic() - started, 2),
             "metrics": {},
             "error": error,
+            **more,
         }
         result_file.write_text(json.dumps(record, indent=2))
         return record
@@ -80,12 +85,11 @@ def run_one(scenario: dict, args: argparse.Namespace, out: Path) -> dict:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)  # the scenario's own process group only
         proc.wait()
-        record = failed(f"over its time budget of {budget} s")
-        diagnosis = out / f"{scenario['name']}.diagnosis.txt"
+        more = {}
         if diagnosis.exists():
-            record["diagnosis"] = diagnosis.read_text().splitlines()
-            result_file.write_text(json.dumps(record, indent=2))
-        return record
+            head = f"{diagnose_after:.0f} s into its {budget} s budget, "
+            more["diagnosis"] = (head + diagnosis.read_text().strip()).splitlines()
+        return failed(f"over its time budget of {budget} s", **more)
     if not result_file.exists():
         return failed(f"exited {proc.returncode} without writing {result_file.name}")
     record = json.loads(result_file.read_text())
@@ -188,7 +192,7 @@ def main(argv=None) -> int:
         )
     for r in records:
         if r.get("diagnosis"):
-            print(f"\n{r['name']}, {DIAGNOSIS_MARGIN_S} s before its budget ran out:")
+            print(f"\n{r['name']}, {r['diagnosis'][0]}")
             print("\n".join(f"  {line}" for line in r["diagnosis"][1:]))
     failed = [r["name"] for r in records if not r["passed"]]
     print(f"\nall scenarios: {time.monotonic() - started:.0f} s")

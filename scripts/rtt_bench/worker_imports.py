@@ -3,22 +3,28 @@
 
     .venv/bin/python scripts/rtt_bench/worker_imports.py
 
-1. A fit of Ray's own Train V2 ``DataParallelTrainer`` (1 worker, one report
-   with a checkpoint, as the ``v2_trials`` section's trials) records the
-   modules its worker has loaded after the report: Ray's V2 worker code, Ray
-   Tune (which ``ray.train`` loads at a checkpoint report), the controller's
-   module (the worker holds the controller actor's handle, and Ray loads an
-   actor's class where its handle is deserialized).
-2. A fresh interpreter imports those, then, one at a time, the modules a
-   ``ray_tt_ext.v2`` worker loads beyond them, and prints the unique memory
-   (USS, from ``/proc/self/smaps_rollup``) each adds, and the Ray modules it
-   brings.
+1. Two fits, each in a process of its own, record the modules their worker
+   has loaded after one report with a checkpoint (as the ``v2_trials``
+   section's trials): one of Ray's own Train V2 ``DataParallelTrainer``
+   (Ray's V2 worker code; Ray Tune, which ``ray.train`` loads at a checkpoint
+   report; Ray's controller module, since the worker holds the controller
+   actor's handle and Ray loads an actor's class where its handle is
+   deserialized), and one under ``ray_tt_ext.v2.Tuner``.
+2. A fresh interpreter imports the first worker's modules, then, one at a
+   time, :data:`STEPS`, and prints the unique memory (USS: private clean and
+   dirty pages, ``/proc/self/smaps_rollup``, the figure psutil reports as
+   ``uss`` and the bench samples) each adds, the modules it brings, and the
+   total. It says which modules the ``ray_tt_ext.v2`` worker loaded that the
+   steps did not, and which of the first worker's it could not import.
 
-A ``ray_tt_ext.v2`` worker loads ``_v2_trial`` because it holds the trial
-actor's handle (its reports are committed through it), and ``_v2_trial``
-imports the rest. The figures are of a plain interpreter, not of a Ray worker
-process: the order of imports decides which module is charged with a shared
-dependency. docs/benchmarks.md (section ``v2_trials``, "Memory") cites them.
+How a ``ray_tt_ext.v2`` worker comes to load them: its training function
+(``_train_v2.PolicyTrainFn``, pickled by reference) imports ``_train_v2``
+and, through it, ``_compat``; the trial actor's handle (its reports are
+committed through it) loads the trial class, whose module ``_v2_trial``
+imports ``_v2_controller``. The figures are of a plain interpreter, not of a
+Ray worker process: the order of imports decides which module is charged with
+a dependency they share. docs/benchmarks.md (section ``v2_trials``,
+"Memory") cites them.
 """
 
 from __future__ import annotations
@@ -55,20 +61,35 @@ def _loop(config):
     Path(config["out"]).write_text(json.dumps(sorted(sys.modules)))
 
 
-def capture(out: str) -> None:
+def capture(which: str, out: str) -> None:
     """Step 1 (this process: a driver on a local Ray of its own)."""
     import ray.train
-    from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+    import ray.tune
 
     from rtt_testing import init_local_ray
 
     init_local_ray(2, log_to_driver=False)
-    DataParallelTrainer(
-        _loop,
-        train_loop_config={"out": out},
-        scaling_config=ray.train.ScalingConfig(num_workers=1),
-        run_config=ray.train.RunConfig(storage_path=tempfile.mkdtemp()),
-    ).fit()
+    scaling = ray.train.ScalingConfig(num_workers=1)
+    storage = tempfile.mkdtemp()
+    if which == "ray":
+        from ray.train.v2.api.data_parallel_trainer import DataParallelTrainer
+
+        DataParallelTrainer(
+            _loop,
+            train_loop_config={"out": out},
+            scaling_config=scaling,
+            run_config=ray.train.RunConfig(storage_path=storage),
+        ).fit()
+    else:
+        import ray_tt_ext.v2 as v2
+
+        trainer = v2.DataParallelTrainer(
+            _loop, train_loop_config={"out": out}, scaling_config=scaling
+        )
+        run_config = ray.tune.RunConfig(storage_path=storage, verbose=0)
+        [result] = v2.Tuner(trainer, run_config=run_config).fit()
+        if result.error is not None:
+            raise result.error
 
 
 def _uss_mib() -> float:
@@ -83,46 +104,60 @@ def _uss_mib() -> float:
     return kib / 1024
 
 
-def measure(modules_file: str) -> None:
+def measure(ray_modules_file: str, ours_modules_file: str) -> None:
     """Step 2 (a fresh interpreter)."""
     import importlib
 
-    for name in json.loads(Path(modules_file).read_text()):
-        if name == "__main__" or name.startswith("ray_tt_ext"):
+    failed = []
+    for name in json.loads(Path(ray_modules_file).read_text()):
+        if name == "__main__":
             continue
         try:
             importlib.import_module(name)
         except Exception:  # a module only its own process can import
-            pass
-    before, loaded = _uss_mib(), set(sys.modules)
+            failed.append(name)
+    start = before = _uss_mib()
+    loaded = set(sys.modules)
     print(f"Ray's own V2 worker's modules: {before:.1f} MiB")
     for name in STEPS:
         importlib.import_module(name)
         now, new = _uss_mib(), set(sys.modules) - loaded
-        ray_modules = sorted(m for m in new if not m.startswith("ray_tt_ext"))
+        ray_modules = sorted(m for m in new if m.startswith("ray."))
         shown = ", ".join(ray_modules[:6]) + (" ..." if len(ray_modules) > 6 else "")
-        print(f"+ {name}: {now - before:+.1f} MiB; {len(ray_modules)} Ray modules: {shown}")
+        print(f"+ {name}: {now - before:+.1f} MiB; {len(new)} modules, Ray's: {shown}")
         before, loaded = now, set(sys.modules)
+    print(f"= all steps: {before - start:+.1f} MiB")
+    ours = set(json.loads(Path(ours_modules_file).read_text()))
+    missed = sorted(m for m in ours - set(sys.modules) if m != "__main__")
+    print(f"loaded by a ray_tt_ext.v2 worker, not by the steps: {missed or 'none'}")
+    if failed:
+        print(f"not importable here, of Ray's worker's: {len(failed)}: {failed[:8]}")
+
+
+def _run(*args: str) -> str:
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    proc = subprocess.run(
+        [sys.executable, __file__, *args], env=env, capture_output=True, text=True
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(args)} failed:\n{proc.stderr[-3000:]}")
+    return proc.stdout
 
 
 def main() -> int:
-    if len(sys.argv) == 3 and sys.argv[1] in ("--capture", "--measure"):
+    if len(sys.argv) > 1:
         sys.path.insert(0, str(ROOT))
-        (capture if sys.argv[1] == "--capture" else measure)(sys.argv[2])
+        if sys.argv[1] == "--capture":
+            capture(sys.argv[2], sys.argv[3])
+        else:
+            measure(sys.argv[2], sys.argv[3])
         return 0
-    env = dict(os.environ, RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     with tempfile.TemporaryDirectory() as d:
-        modules = os.path.join(d, "modules.json")
-        subprocess.run(
-            [sys.executable, __file__, "--capture", modules],
-            check=True,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        subprocess.run(
-            [sys.executable, __file__, "--measure", modules], check=True, env=env
-        )
+        ray_file, ours_file = os.path.join(d, "ray.json"), os.path.join(d, "ours.json")
+        _run("--capture", "ray", ray_file)
+        _run("--capture", "ours", ours_file)
+        print(_run("--measure", ray_file, ours_file), end="")
     return 0
 
 
