@@ -13,7 +13,11 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import time
 from typing import Any, Optional
+
+import ray
+import ray.tune
 
 from ray_tt_ext import _compat
 from ray_tt_ext._compat import AirEntrypoint
@@ -92,6 +96,66 @@ def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
                     e,
                 )
     return None
+
+
+#: How often, during a fit, the placement groups of dead Train controllers are looked for.
+_SWEEP_INTERVAL_S = 5.0
+#: How long the end of a fit waits for its trials' Train controller actors to die.
+_SWEEP_END_WAIT_S = 15.0
+
+
+class _DeadControllersPlacementGroups(ray.tune.Callback):
+    """Removes the placement groups of Ray's Train V2 controller actors that died
+    with their trial (Ray's pattern: a trial that Tune kills, at the end of a
+    fit, or whose run did not take the abort; see
+    ``_compat.dead_train_controllers_placement_groups``), every
+    :data:`_SWEEP_INTERVAL_S` during a fit and at its end, once the job's
+    controllers are dead (at most :data:`_SWEEP_END_WAIT_S`). Without it such a
+    group holds its CPUs for the rest of the job: the next fit's trials wait
+    for them forever. A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
+    the driver (or the Ray Client Tuner actor)."""
+
+    def __init__(self) -> None:
+        self._next_sweep = 0.0
+
+    def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        now = time.monotonic()
+        if now >= self._next_sweep:
+            self._next_sweep = now + _SWEEP_INTERVAL_S
+            self.sweep(wait_s=0.0)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        self.sweep(wait_s=_SWEEP_END_WAIT_S)
+
+    @staticmethod
+    def sweep(wait_s: float) -> int:
+        """Remove what there is now; with ``wait_s``, until no controller actor of
+        the job is alive (at most ``wait_s``). How many groups it removed."""
+        job = ray.get_runtime_context().get_job_id()
+        deadline = time.monotonic() + wait_s
+        removed = 0
+        while True:
+            groups, alive = _compat.dead_train_controllers_placement_groups(
+                job, count_alive=wait_s > 0
+            )
+            for group in groups:
+                try:
+                    ray.util.remove_placement_group(group)
+                    removed += 1
+                except Exception:  # removed meanwhile
+                    logger.debug("removing %s", group.id, exc_info=True)
+            if not alive or time.monotonic() >= deadline:
+                return removed
+            time.sleep(0.2)  # a killed trial's controller dies a moment later
+
+
+def _with_sweep(run_config: Any) -> Any:
+    """``run_config`` with :class:`_DeadControllersPlacementGroups` among its callbacks."""
+    run_config = run_config if run_config is not None else _compat.TuneRunConfig()
+    callbacks = list(run_config.callbacks or [])
+    if not any(isinstance(c, _DeadControllersPlacementGroups) for c in callbacks):
+        callbacks.append(_DeadControllersPlacementGroups())
+    return dataclasses.replace(run_config, callbacks=callbacks)
 
 
 def _tune_run_config(run_config: Any, trainer: Any) -> Any:
@@ -174,6 +238,8 @@ class Tuner(_V1Tuner):
             arguments.check_param_space(type(trainable), param_space)
             arguments.resource_request(trainable.scaling_config)  # reservable by a trial
             run_config = _tune_run_config(_compat.to_train_v1(run_config), trainable)
+        if _tuner_internal is None:
+            run_config = _with_sweep(run_config)
         super().__init__(
             trainable,
             param_space=param_space,

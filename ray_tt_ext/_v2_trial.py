@@ -54,8 +54,8 @@ from ray_tt_ext._v2_controller import (
 logger = logging.getLogger("ray_tt_ext")
 
 #: How long a stopped trial waits for Ray's abort of its run (Ray's pattern: then
-#: its controller actor is killed, its workers with it; a placement group of the
-#: run's own stays).
+#: its controller actor is killed, its workers with it; the placement group it
+#: created stays until the driver removes it: ``_tune_v2._DeadControllersPlacementGroups``).
 _ABORT_PATIENCE_S = 10.0
 #: How long a stopped or reset trial waits for the abort of its run's controller
 #: in its process: a worker group that is starting holds the controller's event

@@ -258,6 +258,54 @@ def global_state_connects_locked() -> bool:
     return hasattr(state, "_connect_and_get_accessor")
 
 
+def dead_train_controllers_placement_groups(
+    job_id: str, count_alive: bool = False
+) -> tuple[list[Any], int]:
+    """The placement groups that dead Train V2 controller actors (Ray's
+    ``TrainController``) of the job ``job_id`` (hex) created and that are
+    still there, as ``PlacementGroup`` handles; and, with ``count_alive``, how
+    many of the job's controller actors are not dead yet. From the GCS's
+    tables (a placement group's ``creator_actor_id``, which
+    ``ray.util.placement_group_table()`` leaves out; the actor table); no
+    dashboard needed.
+
+    Ray keeps a placement group that a non-detached actor created until the
+    actor *and* its job are dead: a controller killed with its trial keeps
+    its run's group, reserved or still pending (and reserved later), for the
+    rest of the job. Ray's ``PlacementGroupCleaner`` is meant to remove it,
+    but asks the State API, which needs the dashboard and fails when the
+    machine runs two Rays. Runs in the driver (or the Ray Client Tuner actor).
+    """
+    from ray._private.state import actors, state
+    from ray.core.generated import gcs_pb2
+    from ray.util.placement_group import PlacementGroup
+
+    if global_state_connects_locked():
+        accessor = state._connect_and_get_accessor()
+    else:
+        state._check_connected()
+        accessor = state.global_state_accessor
+    table = gcs_pb2.PlacementGroupTableData
+    orphans = []  # a dead creator's groups (a non-detached creator)
+    for raw in accessor.get_placement_group_table():
+        data = table.FromString(raw)
+        if data.state != table.REMOVED and not data.is_detached and data.creator_actor_dead:
+            orphans.append(data)
+    if not orphans and not count_alive:
+        return [], 0
+    controllers = {
+        actor_id: info["State"]
+        for actor_id, info in actors(job_id=ray.JobID.from_hex(job_id)).items()
+        if info["ActorClassName"] == "TrainController"
+    }
+    found = [
+        PlacementGroup(ray.PlacementGroupID(data.placement_group_id))
+        for data in orphans
+        if controllers.get(data.creator_actor_id.hex()) == "DEAD"
+    ]
+    return found, sum(status != "DEAD" for status in controllers.values())
+
+
 def current_actor_or_none() -> Any:
     """The handle of the actor this code runs in, or ``None`` (driver, task)."""
     try:

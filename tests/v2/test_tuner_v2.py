@@ -504,6 +504,35 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
     assert_every_cpu_free()
 
 
+def test_rays_pattern_stopped_while_its_workers_wait_leaves_no_placement_group(
+    storage_path,
+):
+    """Tune stops a trial of Ray's pattern whose run still waits for its
+    workers' CPUs (4 workers; 3 CPUs free beside the trial). Ray's controller
+    does not take the abort while it waits, so the trial kills it, and Ray
+    keeps the run's placement group, pending when its creator died: created
+    once the trial's CPU is back, it would hold every CPU for good (the next
+    test's trial then waits forever). The trial removes it."""
+    from ray.util import placement_group_table
+    from v2_tune_loops import rays_pattern
+
+    (result,) = v2.Tuner(
+        rays_pattern,
+        param_space={
+            "lr": 1.0,
+            "steps": 1,
+            "num_workers": 4,
+            "storage_path": os.path.join(storage_path, "train_runs"),
+        },
+        tune_config=ray.tune.TuneConfig(time_budget_s=4),
+        run_config=ray.tune.RunConfig(name="waiting", storage_path=storage_path),
+    ).fit()
+    assert result.metrics.get("training_iteration") is None  # it never reported
+    left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert not left, left
+    assert_every_cpu_free()
+
+
 def _refused_with_the_fix(match: str, make) -> None:
     """``make()`` raises a ``ValueError`` matching ``match`` that names the fix."""
     with pytest.raises(ValueError, match=match) as info:
