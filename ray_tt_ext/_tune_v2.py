@@ -129,33 +129,48 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
 
     @staticmethod
     def sweep(wait_s: float) -> int:
-        """Remove what there is now; with ``wait_s``, until no controller actor of
-        the job is alive (at most ``wait_s``). How many groups it removed."""
-        job = ray.get_runtime_context().get_job_id()
-        deadline = time.monotonic() + wait_s
-        removed = 0
-        while True:
-            groups, alive = _compat.dead_train_controllers_placement_groups(
-                job, count_alive=wait_s > 0
+        """Remove what there is now; with ``wait_s``, until no controller actor
+        of the job whose owner (its trial actor) died is still alive (at most
+        ``wait_s``), and once more after. How many groups it removed. A
+        failure is a warning: the fit goes on, its own error stays its error."""
+        try:
+            job = ray.get_runtime_context().get_job_id()
+            deadline = time.monotonic() + wait_s
+            removed, last_pass = 0, False
+            while True:
+                groups, dying = _compat.dead_train_controllers_placement_groups(
+                    job, count_dying=wait_s > 0
+                )
+                for group in groups:
+                    try:
+                        ray.util.remove_placement_group(group)
+                        removed += 1
+                    except Exception:  # removed meanwhile
+                        logger.debug("removing %s", group.id, exc_info=True)
+                if last_pass or time.monotonic() >= deadline:
+                    return removed
+                # One more pass once none is dying: a controller that died
+                # between the two tables' reads has its group seen then.
+                last_pass = not dying
+                if dying:
+                    time.sleep(0.2)  # a killed trial's controller dies a moment later
+        except Exception:
+            logger.warning(
+                "ray_tt_ext: could not look for the placement groups of dead Train "
+                "controllers",
+                exc_info=True,
             )
-            for group in groups:
-                try:
-                    ray.util.remove_placement_group(group)
-                    removed += 1
-                except Exception:  # removed meanwhile
-                    logger.debug("removing %s", group.id, exc_info=True)
-            if not alive or time.monotonic() >= deadline:
-                return removed
-            time.sleep(0.2)  # a killed trial's controller dies a moment later
+            return 0
 
 
-def _with_sweep(run_config: Any) -> Any:
-    """``run_config`` with :class:`_DeadControllersPlacementGroups` among its callbacks."""
-    run_config = run_config if run_config is not None else _compat.TuneRunConfig()
-    callbacks = list(run_config.callbacks or [])
-    if not any(isinstance(c, _DeadControllersPlacementGroups) for c in callbacks):
-        callbacks.append(_DeadControllersPlacementGroups())
-    return dataclasses.replace(run_config, callbacks=callbacks)
+def _fit_callbacks() -> list[Any]:
+    """The Tune callbacks of every fit of a ``ray_tt_ext.v2.Tuner``, new or
+    restored (``convert_v2_trainer.fit_callbacks``; the driver, or the Ray
+    Client Tuner actor, at ``fit()``)."""
+    return [_DeadControllersPlacementGroups()]
+
+
+convert_v2_trainer.fit_callbacks = _fit_callbacks  # type: ignore[attr-defined]
 
 
 def _tune_run_config(run_config: Any, trainer: Any) -> Any:
@@ -238,8 +253,6 @@ class Tuner(_V1Tuner):
             arguments.check_param_space(type(trainable), param_space)
             arguments.resource_request(trainable.scaling_config)  # reservable by a trial
             run_config = _tune_run_config(_compat.to_train_v1(run_config), trainable)
-        if _tuner_internal is None:
-            run_config = _with_sweep(run_config)
         super().__init__(
             trainable,
             param_space=param_space,

@@ -212,10 +212,16 @@ class _TunerInternal(TunerInternal):
         Extends Ray's ``TunerInternal._get_tune_run_arguments``; runs on the
         driver (or the Ray Client Tuner actor). Tune's own JSON and CSV
         loggers lose the rows a trial reported since the last sync when the
-        trial restarts (PBT); see :mod:`ray_tt_ext._tune_logs`.
+        trial restarts (PBT); see :mod:`ray_tt_ext._tune_logs`. A trainable
+        converter with a ``fit_callbacks`` attribute (``ray_tt_ext.v2``'s) adds
+        the callbacks it returns, on a new fit and on a restored one.
         """
         arguments = super()._get_tune_run_arguments(trainable)
-        arguments["callbacks"] = with_whole_result_logs(arguments.get("callbacks"))
+        callbacks = with_whole_result_logs(arguments.get("callbacks"))
+        extra = getattr(self._trainable_converter, "fit_callbacks", None)
+        if extra is not None:
+            callbacks = list(callbacks or []) + extra()
+        arguments["callbacks"] = callbacks
         return arguments
 
     def fit(self):

@@ -219,7 +219,9 @@ class _TrialRun:
     def abort(self, report_queue: Any = None) -> None:
         """Stop the run now: its workers, its controller (trial actor, when Tune
         stops or resets the trial). Tune removes the trial's placement group; a
-        run's own (Ray's pattern) goes with Ray's abort. ``stuck``: the
+        run's own (Ray's pattern) goes with Ray's abort, or, if Ray's abort does
+        not come in time, with the driver's sweep
+        (``_tune_v2._DeadControllersPlacementGroups``). ``stuck``: the
         controller did not abort within ``_IN_PROCESS_ABORT_PATIENCE_S`` (a
         worker group still starting holds its loop): the actor is not reused.
 

@@ -259,51 +259,63 @@ def global_state_connects_locked() -> bool:
 
 
 def dead_train_controllers_placement_groups(
-    job_id: str, count_alive: bool = False
+    job_id: str, count_dying: bool = False
 ) -> tuple[list[Any], int]:
     """The placement groups that dead Train V2 controller actors (Ray's
     ``TrainController``) of the job ``job_id`` (hex) created and that are
-    still there, as ``PlacementGroup`` handles; and, with ``count_alive``, how
-    many of the job's controller actors are not dead yet. From the GCS's
-    tables (a placement group's ``creator_actor_id``, which
-    ``ray.util.placement_group_table()`` leaves out; the actor table); no
-    dashboard needed.
+    still there, as ``PlacementGroup`` handles; and, with ``count_dying``, how
+    many of the job's controller actors are still alive though their owner
+    (the Tune trial actor that started them) is dead. From the GCS's tables
+    (a placement group's creator, which ``ray.util.placement_group_table()``
+    leaves out; the actor table, read first); no dashboard needed.
 
     Ray keeps a placement group that a non-detached actor created until the
     actor *and* its job are dead: a controller killed with its trial keeps
     its run's group, reserved or still pending (and reserved later), for the
-    rest of the job. Ray's ``PlacementGroupCleaner`` is meant to remove it,
-    but asks the State API, which needs the dashboard and fails when the
-    machine runs two Rays. Runs in the driver (or the Ray Client Tuner actor).
+    rest of the job. Ray's ``PlacementGroupCleaner`` learns of a group only
+    once the run's workers have started (never of a pending one), and asks the
+    State API whether the controller lives, which needs the dashboard and
+    fails when the machine runs two Rays. Runs in the driver (or the Ray
+    Client Tuner actor).
     """
     from ray._private.state import actors, state
     from ray.core.generated import gcs_pb2
     from ray.util.placement_group import PlacementGroup
 
+    job = ray.JobID.from_hex(job_id)
+    table = actors(job_id=job)  # first: a group seen below has its creator here
+    controllers = {
+        a: i for a, i in table.items() if i["ActorClassName"] == "TrainController"
+    }
     if global_state_connects_locked():
         accessor = state._connect_and_get_accessor()
     else:
         state._check_connected()
         accessor = state.global_state_accessor
-    table = gcs_pb2.PlacementGroupTableData
-    orphans = []  # a dead creator's groups (a non-detached creator)
+    groups = gcs_pb2.PlacementGroupTableData
+    found = []
     for raw in accessor.get_placement_group_table():
-        data = table.FromString(raw)
-        if data.state != table.REMOVED and not data.is_detached and data.creator_actor_dead:
-            orphans.append(data)
-    if not orphans and not count_alive:
-        return [], 0
-    controllers = {
-        actor_id: info["State"]
-        for actor_id, info in actors(job_id=ray.JobID.from_hex(job_id)).items()
-        if info["ActorClassName"] == "TrainController"
-    }
-    found = [
-        PlacementGroup(ray.PlacementGroupID(data.placement_group_id))
-        for data in orphans
-        if controllers.get(data.creator_actor_id.hex()) == "DEAD"
-    ]
-    return found, sum(status != "DEAD" for status in controllers.values())
+        data = groups.FromString(raw)
+        if data.state == groups.REMOVED or data.is_detached or not data.creator_actor_dead:
+            continue
+        creator = controllers.get(data.creator_actor_id.hex())
+        if data.creator_job_id == job.binary() and creator and creator["State"] == "DEAD":
+            found.append(PlacementGroup(ray.PlacementGroupID(data.placement_group_id)))
+    if not count_dying:
+        return found, 0
+
+    def where(info: dict[str, Any]) -> tuple[str, int]:
+        return info["NodeID"], info["Port"]
+
+    alive_at = {where(i["Address"]) for i in table.values() if i["State"] != "DEAD"}
+    dead_at = {where(i["Address"]) for i in table.values() if i["State"] == "DEAD"}
+    dying = sum(
+        1
+        for i in controllers.values()
+        if i["State"] != "DEAD"
+        and where(i["OwnerAddress"]) in dead_at - alive_at  # its trial actor died
+    )
+    return found, dying
 
 
 def current_actor_or_none() -> Any:
