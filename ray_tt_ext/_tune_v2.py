@@ -100,7 +100,9 @@ def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
 
 #: How often, during a fit, the placement groups of dead Train controllers are looked for.
 _SWEEP_INTERVAL_S = 5.0
-#: How long the end of a fit waits for its trials' Train controller actors to die.
+#: How long the end of a fit waits for its trials' Train controller actors to die
+#: (a fit beside it, in another thread, with Ray's pattern trials running, waits
+#: that long).
 _SWEEP_END_WAIT_S = 15.0
 
 
@@ -130,8 +132,9 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     @staticmethod
     def sweep(wait_s: float) -> int:
         """Remove what there is now; with ``wait_s``, until no controller actor
-        of the job whose owner (its trial actor) died is still alive (at most
-        ``wait_s``), and once more after. How many groups it removed. A
+        of the job that an actor started (a trial actor: Tune has stopped or
+        killed them all at the end of a fit) is alive (at most ``wait_s``), and
+        once more after. How many groups it removed. A
         failure is a warning: the fit goes on, its own error stays its error."""
         try:
             job = ray.get_runtime_context().get_job_id()

@@ -264,8 +264,8 @@ def dead_train_controllers_placement_groups(
     """The placement groups that dead Train V2 controller actors (Ray's
     ``TrainController``) of the job ``job_id`` (hex) created and that are
     still there, as ``PlacementGroup`` handles; and, with ``count_dying``, how
-    many of the job's controller actors are still alive though their owner
-    (the Tune trial actor that started them) is dead. From the GCS's tables
+    many of the job's controller actors that an actor started (a Tune trial
+    actor, in Ray's pattern) are not dead yet. From the GCS's tables
     (a placement group's creator, which ``ray.util.placement_group_table()``
     leaves out; the actor table, read first); no dashboard needed.
 
@@ -296,7 +296,10 @@ def dead_train_controllers_placement_groups(
     found = []
     for raw in accessor.get_placement_group_table():
         data = groups.FromString(raw)
-        if data.state == groups.REMOVED or data.is_detached or not data.creator_actor_dead:
+        # The actor table says the creator is dead; the group's own
+        # ``creator_actor_dead`` may not (seen false for a group still pending
+        # when its creator died).
+        if data.state == groups.REMOVED or data.is_detached:
             continue
         creator = controllers.get(data.creator_actor_id.hex())
         if data.creator_job_id == job.binary() and creator and creator["State"] == "DEAD":
@@ -307,13 +310,11 @@ def dead_train_controllers_placement_groups(
     def where(info: dict[str, Any]) -> tuple[str, int]:
         return info["NodeID"], info["Port"]
 
-    alive_at = {where(i["Address"]) for i in table.values() if i["State"] != "DEAD"}
-    dead_at = {where(i["Address"]) for i in table.values() if i["State"] == "DEAD"}
-    dying = sum(
+    actors_at = {where(i["Address"]) for i in table.values()}
+    dying = sum(  # at the end of a fit, a trial actor's controller is on its way out
         1
         for i in controllers.values()
-        if i["State"] != "DEAD"
-        and where(i["OwnerAddress"]) in dead_at - alive_at  # its trial actor died
+        if i["State"] != "DEAD" and where(i["OwnerAddress"]) in actors_at
     )
     return found, dying
 
