@@ -112,7 +112,10 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     fit, or whose run did not take the abort; see
     ``_compat.dead_train_controllers_placement_groups``), every
     :data:`_SWEEP_INTERVAL_S` during a fit and at its end, once the job's
-    controllers are dead (at most :data:`_SWEEP_END_WAIT_S`). Without it such a
+    controllers are dead and their processes have exited (at most
+    :data:`_SWEEP_END_WAIT_S`; a group whose controller's process still runs is
+    left for a later pass: removed under it, that controller would start again
+    with a new group). Without it such a
     group holds its CPUs for the rest of the job: the next fit's trials wait
     for them forever. A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
     the driver (or the Ray Client Tuner actor)."""
@@ -133,8 +136,8 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     def sweep(wait_s: float) -> int:
         """Remove what there is now; with ``wait_s``, until no controller actor
         of the job that an actor started (a trial actor: Tune has stopped or
-        killed them all at the end of a fit) is alive (at most ``wait_s``), and
-        once more after. How many groups it removed. A
+        killed them all at the end of a fit) is alive and no dead one's process
+        runs (at most ``wait_s``), and once more after. How many groups it removed. A
         failure is a warning: the fit goes on, its own error stays its error."""
         try:
             job = ray.get_runtime_context().get_job_id()

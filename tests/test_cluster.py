@@ -103,6 +103,43 @@ def test_executor_lives_on_the_coordinators_node(ray_head_and_2_worker_nodes, st
     assert recorded("rank1_node") != info["node_id"]
 
 
+@ray.remote(num_cpus=0)
+class _Sleeper:
+    def pid(self) -> int:
+        return os.getpid()
+
+
+def test_whether_a_process_of_another_node_runs_is_asked_there(
+    ray_head_and_2_worker_nodes,
+):
+    """``v2.Tuner``'s sweep removes a dead Train controller's placement group only
+    once the controller's process has exited, on whichever node it ran
+    (``_compat._processes_running``: ``/proc`` on the caller's node, a task
+    pinned to any other; this cluster's nodes share one machine, so the test
+    shows the task's path answers, not that it read another machine)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    from ray_tt_ext._compat import core
+
+    cluster, workers = ray_head_and_2_worker_nodes
+    here, there = cluster.head_node.node_id, workers[0].node_id
+    sleepers = {
+        node: _Sleeper.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
+        ).remote()
+        for node in (here, there)
+    }
+    pids = {node: ray.get(s.pid.remote()) for node, s in sleepers.items()}
+    processes = [(bytes.fromhex(node), pid) for node, pid in pids.items()]
+    assert core._processes_running(processes) == set(processes)
+    for sleeper in sleepers.values():
+        ray.kill(sleeper)
+    deadline = time.monotonic() + 30  # a killed actor's process exits
+    while core._processes_running(processes) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert core._processes_running(processes) == set()
+
+
 def test_killing_a_worker_node_mid_run_is_survived(
     ray_head_and_2_worker_nodes, storage_path
 ):

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import os
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Optional
 
@@ -258,16 +260,24 @@ def global_state_connects_locked() -> bool:
     return hasattr(state, "_connect_and_get_accessor")
 
 
+#: How long after its death a Train controller's process is still looked for at
+#: the end of a fit (``dead_train_controllers_placement_groups``).
+_DYING_WINDOW_S = 60.0
+
+
 def dead_train_controllers_placement_groups(
     job_id: str, count_dying: bool = False
 ) -> tuple[list[Any], int]:
     """The placement groups that dead Train V2 controller actors (Ray's
-    ``TrainController``) of the job ``job_id`` (hex) created and that are
-    still there, as ``PlacementGroup`` handles; and, with ``count_dying``, how
-    many of the job's controller actors that an actor started (a Tune trial
-    actor, in Ray's pattern) are not dead yet. From the GCS's tables
-    (a placement group's creator, which ``ray.util.placement_group_table()``
-    leaves out; the actor table, read first); no dashboard needed.
+    ``TrainController``) of the job ``job_id`` (hex) created, that are still
+    there and whose controller's process has exited, as ``PlacementGroup``
+    handles; and how many of the job's controllers are on their way out: dead
+    with their process still running (always counted: such a group is left for
+    a later call), and, with ``count_dying``, not dead yet though an actor
+    started them (a Tune trial actor, in Ray's pattern: at the end of a fit
+    Tune has stopped or killed them all). From the GCS's tables (a placement
+    group's creator, which ``ray.util.placement_group_table()`` leaves out;
+    actors; workers; nodes); no dashboard needed.
 
     Ray keeps a placement group that a non-detached actor created until the
     actor *and* its job are dead: a controller killed with its trial keeps
@@ -275,25 +285,41 @@ def dead_train_controllers_placement_groups(
     rest of the job. Ray's ``PlacementGroupCleaner`` learns of a group only
     once the run's workers have started (never of a pending one), and asks the
     State API whether the controller lives, which needs the dashboard and
-    fails when the machine runs two Rays. Runs in the driver (or the Ray
-    Client Tuner actor).
+    fails when the machine runs two Rays.
+
+    The GCS marks an actor DEAD, and its worker not alive, before its process
+    has exited: a controller process still running whose group is removed
+    under it takes the removal for a worker group start that timed out and,
+    by its ``FailureConfig``, starts again with a new group, which nothing
+    removes (seen here within half a second). So a group counts only once
+    its controller's process has exited (:func:`_processes_running`) or its
+    node died. Runs in the driver (or the Ray Client Tuner actor).
     """
-    from ray._private.state import actors, state
+    from ray._private.state import state
     from ray.core.generated import gcs_pb2
     from ray.util.placement_group import PlacementGroup
 
-    job = ray.JobID.from_hex(job_id)
-    table = actors(job_id=job)  # first: a group seen below has its creator here
-    controllers = {
-        a: i for a, i in table.items() if i["ActorClassName"] == "TrainController"
-    }
     if global_state_connects_locked():
         accessor = state._connect_and_get_accessor()
     else:
         state._check_connected()
         accessor = state.global_state_accessor
+    job = ray.JobID.from_hex(job_id)
+    actor_data = gcs_pb2.ActorTableData
+    dead = actor_data.ActorState.Value("DEAD")
+    if count_dying:
+        table = {
+            d.actor_id: d
+            for d in map(actor_data.FromString, accessor.get_actor_table(job, None))
+        }
+    else:  # every few seconds of a fit: the dead controllers only
+        table = {
+            d.actor_id: d
+            for d in map(actor_data.FromString, accessor.get_actor_table(job, "DEAD"))
+        }
+    controllers = {a: d for a, d in table.items() if d.class_name == "TrainController"}
     groups = gcs_pb2.PlacementGroupTableData
-    found = []
+    candidates = []
     for raw in accessor.get_placement_group_table():
         data = groups.FromString(raw)
         # The actor table says the creator is dead; the group's own
@@ -301,22 +327,94 @@ def dead_train_controllers_placement_groups(
         # when its creator died).
         if data.state == groups.REMOVED or data.is_detached:
             continue
-        creator = controllers.get(data.creator_actor_id.hex())
-        if data.creator_job_id == job.binary() and creator and creator["State"] == "DEAD":
-            found.append(PlacementGroup(ray.PlacementGroupID(data.placement_group_id)))
-    if not count_dying:
-        return found, 0
-
-    def where(info: dict[str, Any]) -> tuple[str, int]:
-        return info["NodeID"], info["Port"]
-
-    actors_at = {where(i["Address"]) for i in table.values()}
-    dying = sum(  # at the end of a fit, a trial actor's controller is on its way out
-        1
-        for i in controllers.values()
-        if i["State"] != "DEAD" and where(i["OwnerAddress"]) in actors_at
+        creator = controllers.get(data.creator_actor_id)
+        if data.creator_job_id == job.binary() and creator and creator.state == dead:
+            candidates.append((data, creator))
+    # The dead controllers whose process may still run: a group's creator, and
+    # at the end of a fit those that died lately (a killed process is gone
+    # within a second; the job's older ones are not asked about again).
+    lately = time.time() * 1000 - _DYING_WINDOW_S * 1000
+    dead_controllers = [
+        d
+        for d in controllers.values()
+        if d.state == dead and (count_dying and d.end_time >= lately)
+    ] + [creator for _, creator in candidates]
+    running = _processes_running(
+        list({(d.address.node_id, d.pid) for d in dead_controllers if d.pid})
     )
+
+    def exited(controller: Any) -> bool:
+        return (controller.address.node_id, controller.pid) not in running
+
+    found = [
+        PlacementGroup(ray.PlacementGroupID(data.placement_group_id))
+        for data, creator in candidates
+        if exited(creator)
+    ]
+    dying = len({d.actor_id for d in dead_controllers if not exited(d)})
+    if count_dying:
+        # A trial actor's controller not dead yet: fate-shares with it soon.
+        actors_at = {d.address.worker_id for d in table.values()}
+        dying += sum(
+            1
+            for d in controllers.values()
+            if d.state != dead and d.owner_address.worker_id in actors_at
+        )
     return found, dying
+
+
+def _process_running(pid: int) -> bool:
+    """Whether the process ``pid`` of this machine runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's
+        return True
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:  # no /proc (macOS), or it exited meanwhile
+        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
+
+
+def _processes_running_here(pids: list[int]) -> list[int]:
+    """The pids of ``pids`` that run on this node (a Ray task's body)."""
+    return [pid for pid in pids if _process_running(pid)]
+
+
+def _processes_running(processes: list[tuple[bytes, int]]) -> set[tuple[bytes, int]]:
+    """Of ``processes`` (a node's binary ID, a pid on it), those that run: on this
+    process's node read from ``/proc``, on another one by a task of no CPU
+    pinned to it; a dead node's processes do not run. Ray's worker table says a
+    worker is dead once it disconnected from its raylet, before its process
+    exits."""
+    if not processes:
+        return set()
+    here = bytes.fromhex(ray.get_runtime_context().get_node_id())
+    alive_nodes = {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if n["Alive"]}
+    by_node: dict[bytes, list[int]] = {}
+    for node, pid in processes:
+        if node in alive_nodes:
+            by_node.setdefault(node, []).append(pid)
+    running = {(here, pid) for pid in _processes_running_here(by_node.pop(here, []))}
+    if by_node:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        check = ray.remote(num_cpus=0, max_retries=0)(_processes_running_here)
+        refs = {
+            node: check.options(
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node.hex(), soft=False)
+            ).remote(pids)
+            for node, pids in by_node.items()
+        }
+        for node, ref in refs.items():
+            try:
+                running |= {(node, pid) for pid in ray.get(ref, timeout=30)}
+            except Exception:  # the node died meanwhile, or did not answer: keep waiting
+                if node in {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if n["Alive"]}:
+                    running |= {(node, pid) for pid in by_node[node]}
+    return running
 
 
 def current_actor_or_none() -> Any:

@@ -504,6 +504,64 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
     assert_every_cpu_free()
 
 
+class _StopOnceARunWaitsForWorkers(ray.tune.Stopper):
+    """Ends the fit once a placement group of 4 bundles (the run's workers) is
+    pending: its run then waits for CPUs it cannot get (driver)."""
+
+    def __call__(self, trial_id, result):
+        return False
+
+    def stop_all(self):
+        from ray.util import placement_group_table
+
+        return any(
+            pg["state"] == "PENDING" and len(pg["bundles"]) == 4
+            for pg in placement_group_table().values()
+        )
+
+
+def test_rays_pattern_stopped_while_its_workers_wait_leaves_no_placement_group(
+    storage_path,
+):
+    """Tune ends the fit while a trial of Ray's pattern waits for its run's
+    workers' CPUs (4 workers; 3 CPUs free beside the trial). The trial does not
+    stop (its training thread waits in ``fit()``), so Tune kills it, Ray's
+    controller actor with it, and Ray keeps the run's pending placement group
+    for the rest of the job: reserved once the trial's CPU is back, it would
+    hold every CPU, and the next test's trial would wait forever. The driver
+    side of ``v2.Tuner`` removes it at the end of ``fit()``, once the
+    controller's process has exited: removed while that process still ran
+    (the GCS says DEAD a moment before), the controller started again with a
+    second group (two 4-bundle groups here, or CPUs held after ``fit()``)."""
+    from ray.util import placement_group_table
+    from v2_tune_loops import rays_pattern
+
+    before = set(placement_group_table())
+    (result,) = v2.Tuner(
+        rays_pattern,
+        param_space={
+            "lr": 1.0,
+            "steps": 1,
+            "num_workers": 4,
+            "storage_path": os.path.join(storage_path, "train_runs"),
+        },
+        tune_config=ray.tune.TuneConfig(time_budget_s=120),
+        run_config=ray.tune.RunConfig(
+            name="waiting", storage_path=storage_path, stop=_StopOnceARunWaitsForWorkers()
+        ),
+    ).fit()
+    assert result.metrics.get("training_iteration") is None  # it never reported
+    runs = [
+        pg
+        for pg_id, pg in placement_group_table().items()
+        if pg_id not in before and len(pg["bundles"]) == 4
+    ]
+    assert len(runs) == 1 and runs[0]["state"] == "REMOVED", runs  # the run's own
+    left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
+    assert not left, left
+    assert_every_cpu_free()
+
+
 def _refused_with_the_fix(match: str, make) -> None:
     """``make()`` raises a ``ValueError`` matching ``match`` that names the fix."""
     with pytest.raises(ValueError, match=match) as info:

@@ -96,7 +96,7 @@ def rays_pattern(config: dict) -> None:
     trainer = DataParallelTrainer(
         steps_loop,
         train_loop_config={"steps": config["steps"], "lr": config["lr"], "sleep_s": 0.3},
-        scaling_config=ray.train.ScalingConfig(num_workers=1),
+        scaling_config=ray.train.ScalingConfig(num_workers=config.get("num_workers", 1)),
         run_config=ray.train.RunConfig(
             name=ray.tune.get_context().get_trial_name(),
             storage_path=config["storage_path"],
