@@ -13,8 +13,8 @@
 2. A fresh interpreter imports the first worker's modules, then, one at a
    time, :data:`STEPS`, and prints the unique memory (USS: private clean and
    dirty pages, ``/proc/self/smaps_rollup``, the figure psutil reports as
-   ``uss`` and the bench samples) each adds, the modules it brings, and the
-   total. It says which modules the ``ray_tt_ext.v2`` worker loaded that the
+   ``uss`` and the bench samples) and the CPU time (its imports' share of a
+   worker's start) each adds, the modules it brings, and the total. It says which modules the ``ray_tt_ext.v2`` worker loaded that the
    steps did not, and which of the first worker's it could not import.
 
 How a ``ray_tt_ext.v2`` worker comes to load them: its training function
@@ -34,6 +34,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -119,14 +120,21 @@ def measure(ray_modules_file: str, ours_modules_file: str) -> None:
     start = before = _uss_mib()
     loaded = set(sys.modules)
     print(f"Ray's own V2 worker's modules: {before:.1f} MiB")
+    cpu_total = 0.0
     for name in STEPS:
+        cpu = time.process_time()
         importlib.import_module(name)
+        cpu = time.process_time() - cpu
+        cpu_total += cpu
         now, new = _uss_mib(), set(sys.modules) - loaded
         ray_modules = sorted(m for m in new if m.startswith("ray."))
         shown = ", ".join(ray_modules[:6]) + (" ..." if len(ray_modules) > 6 else "")
-        print(f"+ {name}: {now - before:+.1f} MiB; {len(new)} modules, Ray's: {shown}")
+        print(
+            f"+ {name}: {now - before:+.1f} MiB, {cpu:.2f} CPU s; {len(new)} modules, "
+            f"Ray's: {shown}"
+        )
         before, loaded = now, set(sys.modules)
-    print(f"= all steps: {before - start:+.1f} MiB")
+    print(f"= all steps: {before - start:+.1f} MiB, {cpu_total:.2f} CPU s")
     ours = set(json.loads(Path(ours_modules_file).read_text()))
     missed = sorted(m for m in ours - set(sys.modules) if m != "__main__")
     print(f"loaded by a ray_tt_ext.v2 worker, not by the steps: {missed or 'none'}")
