@@ -112,8 +112,8 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     fit, or whose run did not take the abort; see
     ``_compat.dead_train_controllers_placement_groups``), every
     :data:`_SWEEP_INTERVAL_S` during a fit and at its end, once the job's
-    controllers are dead and their processes have exited (at most
-    :data:`_SWEEP_END_WAIT_S`; a group whose controller's process still runs is
+    controllers are dead and their processes have exited (about
+    :data:`_SWEEP_END_WAIT_S` at most; a group whose controller's process still runs is
     left for a later pass: removed under it, that controller would start again
     with a new group). Without it such a
     group holds its CPUs for the rest of the job: the next fit's trials wait
@@ -137,7 +137,9 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
         """Remove what there is now; with ``wait_s``, until no controller actor
         of the job that an actor started (a trial actor: Tune has stopped or
         killed them all at the end of a fit) is alive and no dead one's process
-        runs (at most ``wait_s``), and once more after. How many groups it removed. A
+        runs (about ``wait_s`` at most: a pass that asks another node waits for
+        it up to 5 s), and once more after; what is left then is said in a
+        warning. How many groups it removed. A
         failure is a warning: the fit goes on, its own error stays its error."""
         try:
             job = ray.get_runtime_context().get_job_id()
@@ -154,6 +156,16 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
                     except Exception:  # removed meanwhile
                         logger.debug("removing %s", group.id, exc_info=True)
                 if last_pass or time.monotonic() >= deadline:
+                    if dying and wait_s > 0:
+                        logger.warning(
+                            "ray_tt_ext: %d Train controller(s) of Ray's pattern in "
+                            "this job had not ended %.0f s after the fit (another "
+                            "fit's, or a process still exiting); a placement group "
+                            "one of them made is left to a later fit's sweep, or to "
+                            "the end of the job",
+                            dying,
+                            wait_s,
+                        )
                     return removed
                 # One more pass once none is dying: a controller that died
                 # between the two tables' reads has its group seen then.

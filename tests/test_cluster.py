@@ -130,8 +130,14 @@ def test_whether_a_process_of_another_node_runs_is_asked_there(
         for node in (here, there)
     }
     pids = {node: ray.get(s.pid.remote()) for node, s in sleepers.items()}
-    processes = [(bytes.fromhex(node), pid) for node, pid in pids.items()]
-    assert core._processes_running(processes) == set(processes)
+    now = time.time()
+    processes = [(bytes.fromhex(node), pid, now) for node, pid in pids.items()]
+    running = {(node, pid) for node, pid, _ in processes}
+    assert core._processes_running(processes) == running
+    # A process that started after the death it is asked about has the pid of
+    # a process gone since (pids wrap): not the one asked about.
+    reused = [(node, pid, now - 3600) for node, pid, _ in processes]
+    assert core._processes_running(reused) == set()
     for sleeper in sleepers.values():
         ray.kill(sleeper)
     deadline = time.monotonic() + 30  # a killed actor's process exits

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import logging
 import os
 import threading
 import time
@@ -17,6 +18,8 @@ from ray._private import worker as _ray_worker
 from ray.air.util.node import _force_on_current_node
 from ray.train._internal.storage import StorageContext
 from ray.tune.experiment import Experiment
+
+logger = logging.getLogger("ray_tt_ext")
 
 # -- Object-store lifetime of refs pickled out of band (driver) ------------------------
 
@@ -262,7 +265,7 @@ def global_state_connects_locked() -> bool:
 
 #: How long after its death a Train controller's process is still looked for at
 #: the end of a fit (``dead_train_controllers_placement_groups``).
-_DYING_WINDOW_S = 60.0
+_DYING_WINDOW_S = 300.0
 
 
 def dead_train_controllers_placement_groups(
@@ -272,12 +275,14 @@ def dead_train_controllers_placement_groups(
     ``TrainController``) of the job ``job_id`` (hex) created, that are still
     there and whose controller's process has exited, as ``PlacementGroup``
     handles; and how many of the job's controllers are on their way out: dead
-    with their process still running (always counted: such a group is left for
-    a later call), and, with ``count_dying``, not dead yet though an actor
-    started them (a Tune trial actor, in Ray's pattern: at the end of a fit
-    Tune has stopped or killed them all). From the GCS's tables (a placement
-    group's creator, which ``ray.util.placement_group_table()`` leaves out;
-    actors; workers; nodes); no dashboard needed.
+    with their process still running (a group's creator, whose group is left
+    for a later call; with ``count_dying``, every one that died in the last
+    :data:`_DYING_WINDOW_S` too, since it may still make a group), and, with
+    ``count_dying``, not dead yet though an actor started them (a Tune trial
+    actor, in Ray's pattern: at the end of a fit Tune has stopped or killed
+    them all). From the GCS's tables (a placement group's creator, which
+    ``ray.util.placement_group_table()`` leaves out; actors; nodes); no
+    dashboard needed.
 
     Ray keeps a placement group that a non-detached actor created until the
     actor *and* its job are dead: a controller killed with its trial keeps
@@ -290,8 +295,9 @@ def dead_train_controllers_placement_groups(
     The GCS marks an actor DEAD, and its worker not alive, before its process
     has exited: a controller process still running whose group is removed
     under it takes the removal for a worker group start that timed out and,
-    by its ``FailureConfig``, starts again with a new group, which nothing
-    removes (seen here within half a second). So a group counts only once
+    by its ``FailureConfig``, starts again with a new group (seen here within
+    half a second), which holds its CPUs until a later sweep of the job finds
+    it, if any comes. So a group counts only once
     its controller's process has exited (:func:`_processes_running`) or its
     node died. Runs in the driver (or the Ray Client Tuner actor).
     """
@@ -332,7 +338,8 @@ def dead_train_controllers_placement_groups(
             candidates.append((data, creator))
     # The dead controllers whose process may still run: a group's creator, and
     # at the end of a fit those that died lately (a killed process is gone
-    # within a second; the job's older ones are not asked about again).
+    # within a second; minutes, for the caller's clock against the GCS's; the
+    # job's older ones are not asked about again).
     lately = time.time() * 1000 - _DYING_WINDOW_S * 1000
     dead_controllers = [
         d
@@ -340,7 +347,13 @@ def dead_train_controllers_placement_groups(
         if d.state == dead and (count_dying and d.end_time >= lately)
     ] + [creator for _, creator in candidates]
     running = _processes_running(
-        list({(d.address.node_id, d.pid) for d in dead_controllers if d.pid})
+        list(
+            {
+                (d.address.node_id, d.pid, d.end_time / 1000)
+                for d in dead_controllers
+                if d.pid
+            }
+        )
     )
 
     def exited(controller: Any) -> bool:
@@ -363,57 +376,103 @@ def dead_train_controllers_placement_groups(
     return found, dying
 
 
-def _process_running(pid: int) -> bool:
-    """Whether the process ``pid`` of this machine runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's
-        return True
+#: A process counts as a dead actor's if it started at most this long after the
+#: actor's death (clocks of two nodes; the second of ``/proc/stat``'s boot time);
+#: a later one has its pid again.
+_PID_REUSE_SLACK_S = 2.0
+#: How long a look at the processes of other nodes may take (a pass of the sweep).
+_REMOTE_CHECK_TIMEOUT_S = 5.0
+
+
+def _process_running(pid: int, started_by: float) -> bool:
+    """Whether the process ``pid`` of this machine that started by ``started_by``
+    (epoch seconds; a process that started later has the pid again) runs; a
+    zombie does not."""
     try:
         with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:  # no /proc (macOS), or it exited meanwhile
-        return os.path.exists(f"/proc/{pid}") or not os.path.isdir("/proc")
+            fields = stat.read().rsplit(")", 1)[1].split()
+        with open("/proc/stat") as machine:
+            boot = next(
+                float(line.split()[1]) for line in machine if line.startswith("btime")
+            )
+    except FileNotFoundError:  # no such process (or no /proc: see below)
+        if os.path.isdir("/proc"):
+            return False
+        try:  # macOS: no start time to compare
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:  # another user's
+            return True
+        return True
+    except (OSError, StopIteration):  # it exited meanwhile
+        return False
+    if fields[0] in ("Z", "X"):
+        return False
+    started = boot + int(fields[19]) / os.sysconf("SC_CLK_TCK")
+    return started <= started_by + _PID_REUSE_SLACK_S
 
 
-def _processes_running_here(pids: list[int]) -> list[int]:
-    """The pids of ``pids`` that run on this node (a Ray task's body)."""
-    return [pid for pid in pids if _process_running(pid)]
+def _processes_running_here(processes: list[tuple[int, float]]) -> list[int]:
+    """Of ``processes`` (a pid, when its process died at the latest, epoch s),
+    the pids that run on this node (:func:`_process_running`; a Ray task's body
+    for another node)."""
+    return [pid for pid, by in processes if _process_running(pid, by)]
 
 
-def _processes_running(processes: list[tuple[bytes, int]]) -> set[tuple[bytes, int]]:
-    """Of ``processes`` (a node's binary ID, a pid on it), those that run: on this
-    process's node read from ``/proc``, on another one by a task of no CPU
-    pinned to it; a dead node's processes do not run. Ray's worker table says a
-    worker is dead once it disconnected from its raylet, before its process
+_remote_check: Any = None
+
+
+def _processes_running(
+    processes: list[tuple[bytes, int, float]],
+) -> set[tuple[bytes, int]]:
+    """Of ``processes`` (a node's binary ID, a pid on it, when that process
+    was seen dead at the latest, epoch s; Ray marks an actor dead before its
+    process has exited), ``(node, pid)`` of those that run: on this process's
+    node read from ``/proc``, on another one by a task of no CPU pinned to it
+    (all at once, at most :data:`_REMOTE_CHECK_TIMEOUT_S`; a node that does not
+    answer in time has its processes counted as running, to be asked again);
+    a dead node's processes do not run. Ray's worker table says a worker is
+    dead once it disconnected from its raylet, also before its process
     exits."""
+    global _remote_check
     if not processes:
         return set()
     here = bytes.fromhex(ray.get_runtime_context().get_node_id())
     alive_nodes = {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if n["Alive"]}
-    by_node: dict[bytes, list[int]] = {}
-    for node, pid in processes:
+    by_node: dict[bytes, list[tuple[int, float]]] = {}
+    for node, pid, by in processes:
         if node in alive_nodes:
-            by_node.setdefault(node, []).append(pid)
+            by_node.setdefault(node, []).append((pid, by))
     running = {(here, pid) for pid in _processes_running_here(by_node.pop(here, []))}
-    if by_node:
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+    if not by_node:
+        return running
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-        check = ray.remote(num_cpus=0, max_retries=0)(_processes_running_here)
-        refs = {
-            node: check.options(
-                scheduling_strategy=NodeAffinitySchedulingStrategy(node.hex(), soft=False)
-            ).remote(pids)
-            for node, pids in by_node.items()
-        }
-        for node, ref in refs.items():
-            try:
-                running |= {(node, pid) for pid in ray.get(ref, timeout=30)}
-            except Exception:  # the node died meanwhile, or did not answer: keep waiting
-                if node in {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if n["Alive"]}:
-                    running |= {(node, pid) for pid in by_node[node]}
+    if _remote_check is None:
+        _remote_check = ray.remote(num_cpus=0, max_retries=0)(_processes_running_here)
+    refs = {
+        _remote_check.options(
+            scheduling_strategy=NodeAffinitySchedulingStrategy(node.hex(), soft=False)
+        ).remote(asked): node
+        for node, asked in by_node.items()
+    }
+    done, late = ray.wait(
+        list(refs), num_returns=len(refs), timeout=_REMOTE_CHECK_TIMEOUT_S
+    )
+    for ref in late:
+        ray.cancel(ref)
+    alive_nodes = {bytes.fromhex(n["NodeID"]) for n in ray.nodes() if n["Alive"]}
+    for ref in refs:
+        node = refs[ref]
+        try:
+            if ref in done:
+                running |= {(node, pid) for pid in ray.get(ref)}
+                continue
+        except Exception:  # the node died meanwhile, or the task failed
+            logger.debug("asking node %s for its processes", node.hex(), exc_info=True)
+        if node in alive_nodes:  # to be asked again
+            running |= {(node, pid) for pid, _ in by_node[node]}
     return running
 
 

@@ -505,8 +505,12 @@ def test_rays_pattern_under_the_v2_tuner_gives_stopped_trials_resources_back(
 
 
 class _StopOnceARunWaitsForWorkers(ray.tune.Stopper):
-    """Ends the fit once a placement group of 4 bundles (the run's workers) is
-    pending: its run then waits for CPUs it cannot get (driver)."""
+    """Ends the fit once a placement group of 4 bundles (the run's workers),
+    not one of ``before``, is pending: its run then waits for CPUs it cannot
+    get (driver)."""
+
+    def __init__(self, before: set):
+        self.before = before
 
     def __call__(self, trial_id, result):
         return False
@@ -516,7 +520,8 @@ class _StopOnceARunWaitsForWorkers(ray.tune.Stopper):
 
         return any(
             pg["state"] == "PENDING" and len(pg["bundles"]) == 4
-            for pg in placement_group_table().values()
+            for pg_id, pg in placement_group_table().items()
+            if pg_id not in self.before
         )
 
 
@@ -547,7 +552,9 @@ def test_rays_pattern_stopped_while_its_workers_wait_leaves_no_placement_group(
         },
         tune_config=ray.tune.TuneConfig(time_budget_s=120),
         run_config=ray.tune.RunConfig(
-            name="waiting", storage_path=storage_path, stop=_StopOnceARunWaitsForWorkers()
+            name="waiting",
+            storage_path=storage_path,
+            stop=_StopOnceARunWaitsForWorkers(before),
         ),
     ).fit()
     assert result.metrics.get("training_iteration") is None  # it never reported
@@ -560,6 +567,72 @@ def test_rays_pattern_stopped_while_its_workers_wait_leaves_no_placement_group(
     left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
     assert not left, left
     assert_every_cpu_free()
+
+
+@ray.remote(num_cpus=0)
+class TrainController:
+    """Named as Ray's Train V2 controller: makes a placement group, as Ray's
+    does for its run's workers (here one that waits for a resource no node has,
+    and holds nothing)."""
+
+    def make_group(self) -> tuple[int, str]:
+        group = ray.util.placement_group([{"no_such_resource": 1}])
+        return os.getpid(), group.id.hex()
+
+
+def _wait_until(condition, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` (a state Ray reaches on its own) until it holds."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
+
+
+def test_a_dead_controllers_group_is_left_while_its_process_still_runs():
+    """The GCS marks an actor DEAD before its process exits. A dead Train
+    controller's placement group is not removed until its process has exited
+    (removed sooner, Ray's controller starts again with a new group): here the
+    process is stopped (SIGSTOP) before ``ray.kill``, so that it is DEAD and
+    still there for as long as the test needs, then let go on (SIGCONT), and
+    it takes Ray's kill."""
+    import signal
+
+    from ray.util import placement_group_table
+
+    from rtt_testing import alive_actor_ids
+
+    job = ray.get_runtime_context().get_job_id()
+    controller = TrainController.remote()
+    pid, group = ray.get(controller.make_group.remote())
+    actor_id = controller._actor_id.hex()
+
+    def process_gone() -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                return stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+        except FileNotFoundError:
+            return True
+
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        ray.kill(controller)
+        _wait_until(lambda: actor_id not in alive_actor_ids("TrainController"), "DEAD")
+        assert not process_gone()
+        found, dying = _compat.dead_train_controllers_placement_groups(
+            job, count_dying=True
+        )
+        assert group not in {g.id.hex() for g in found}
+        assert dying >= 1
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    _wait_until(process_gone, "the killed controller's process exits")
+    found, _ = _compat.dead_train_controllers_placement_groups(job)
+    assert group in {g.id.hex() for g in found}
+    for g in found:
+        ray.util.remove_placement_group(g)
+    assert placement_group_table()[group]["state"] == "REMOVED"
 
 
 def _refused_with_the_fix(match: str, make) -> None:
