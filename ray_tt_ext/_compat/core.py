@@ -297,9 +297,9 @@ def dead_train_controllers_placement_groups(
     under it takes the removal for a worker group start that timed out and,
     by its ``FailureConfig``, starts again with a new group (seen here within
     half a second), which holds its CPUs until a later sweep of the job finds
-    it, if any comes. So a group counts only once
-    its controller's process has exited (:func:`_processes_running`) or its
-    node died. Runs in the driver (or the Ray Client Tuner actor).
+    it, if any comes. So a group counts only once its controller's process
+    has exited (:func:`_processes_running`) or its node died. Runs in the
+    driver (or the Ray Client Tuner actor).
     """
     from ray._private.state import state
     from ray.core.generated import gcs_pb2
@@ -349,7 +349,7 @@ def dead_train_controllers_placement_groups(
     running = _processes_running(
         list(
             {
-                (d.address.node_id, d.pid, d.end_time / 1000)
+                (d.address.node_id, d.pid, d.end_time / 1000 or time.time())
                 for d in dead_controllers
                 if d.pid
             }
