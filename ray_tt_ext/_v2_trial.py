@@ -344,7 +344,7 @@ class V2Trial(_compat.FunctionTrainable):
                 metrics["checkpoint_index"] = storage.current_checkpoint_index + 1
             # Returns once Tune's driver took the result: only then does the
             # workers' report() return (TrialController.commit_report).
-            _compat.tune_report(metrics, checkpoint=checkpoint)
+            _compat.tune_report(metrics, checkpoint=_compat.as_tune_checkpoint(checkpoint))
             run.taken(index)
         run.finish()
         run.completed = True

@@ -497,6 +497,20 @@ def what_holds_resources() -> str:
     return "\n".join(lines)
 
 
+def worker_stderr(pid: int) -> str:
+    """What the Ray worker process ``pid`` of the connected local Ray wrote to
+    its stderr (its log file in the session's folder; Ray's own loggers and
+    warnings go there), for a test that checks what a user would see."""
+    import glob
+
+    import ray
+
+    session = ray._private.worker._global_node.get_session_dir_path()
+    files = glob.glob(os.path.join(session, "logs", f"worker-*-{pid}.err"))
+    assert files, f"no log of worker {pid} in {session}/logs"
+    return "".join(open(f, errors="replace").read() for f in files)
+
+
 def alive_actor_ids(class_name: str) -> set[str]:
     """The ids of this Ray's alive actors of ``class_name`` (the GCS's actor
     table, as :func:`actors_started`)."""

@@ -1,7 +1,8 @@
 """Every Python example in the README runs, as written, and prints what it says.
 
 The examples run as ``__main__`` scripts in fresh interpreters with Ray's
-defaults (``RAY_TRAIN_V2_ENABLED`` unset, as for a new user) and ``HOME`` in a
+defaults (``RAY_TRAIN_V2_ENABLED`` and ``RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS``
+unset, as for a new user) and ``HOME`` in a
 temporary folder, so that Tune's default ``~/ray_results`` stays there: one
 interpreter for the Train V1 examples and one for the Train V2 ones (which
 Train a process runs is process state; within one, the examples share the Ray
@@ -60,7 +61,9 @@ def _run_examples(v2: bool, home: Path) -> dict[int, subprocess.CompletedProcess
         script = home / f"readme_example_{i}.py"
         script.write_text(examples[i])
         scripts.append([str(script)])
-    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    # Ray's defaults: Train V2 by default, its migration warnings on.
+    unset = ("RAY_TRAIN_V2_ENABLED", "RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS")
+    env = {k: v for k, v in os.environ.items() if k not in unset}
     env.update(HOME=str(home), RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     runs = run_in_one_interpreter(scripts, timeout=280, cwd=home, env=env)
     return dict(zip(indices, runs, strict=True))
@@ -92,5 +95,8 @@ def test_readme_example_runs_as_written(index, readme_runs):
         pytest.skip("ray_tt_ext.v2 needs Ray >= 2.51 (Train V2 by default)")
     proc = readme_runs(_is_v2(source))[index]
     assert proc.returncode == 0, f"{source}\n--- stderr:\n{proc.stderr[-4000:]}"
+    # No deprecation that tells the user to change imports the example does
+    # not have (Tune's, for a Train checkpoint handed to tune.report).
+    assert "should be imported from" not in proc.stderr, proc.stderr[-4000:]
     for expected in EXPECTED.findall(source):
         assert expected.strip() in proc.stdout, (expected, proc.stdout[-2000:])

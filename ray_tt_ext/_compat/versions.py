@@ -66,6 +66,18 @@ TuneCheckpoint = getattr(ray.tune, "Checkpoint", ray.train.Checkpoint)
 tune_report = getattr(ray.tune, "report", ray.train.report)
 
 
+def as_tune_checkpoint(checkpoint: Any) -> Any:
+    """``checkpoint`` as Tune's ``Checkpoint``: the same folder (Ray >= 2.50's
+    ``ray.tune.Checkpoint`` is a pass-through subclass of Train's). Tune's
+    ``report`` logs a ``RayDeprecationWarning`` ("The `Checkpoint` class should
+    be imported from `ray.tune`") for a Train one, which would tell users to
+    change imports of theirs when the ``v2.Tuner`` trial actor reports the
+    run's Train checkpoints to Tune (trial actor)."""
+    if checkpoint is None or isinstance(checkpoint, TuneCheckpoint):
+        return checkpoint
+    return TuneCheckpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
+
+
 try:  # Ray's Train V2 migration warnings, among them its deprecation of Tuner(trainer)
     from ray.train.constants import _v2_migration_warnings_enabled
 except ImportError:  # a Ray before them

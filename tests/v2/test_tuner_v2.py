@@ -93,6 +93,10 @@ def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
         # Rank 0's metrics plus Tune's own fields.
         assert result.metrics["rank"] == 0 and result.metrics["world_size"] == 2
         assert result.metrics["training_iteration"] == 4
+        # Handed to Tune as Tune's Checkpoint: a Train one makes Tune log a
+        # deprecation telling the user to change imports of theirs (the
+        # README's examples run with it on: tests/test_readme.py).
+        assert type(result.checkpoint) is ray.tune.Checkpoint
     best = results.get_best_result("loss", "min")
     assert best.config["train_loop_config"]["lr"] == 1.0
     assert read_step(best.checkpoint) == 3
