@@ -438,6 +438,69 @@ def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_pa
         assert results[0].metrics["training_iteration"] == 2
 
 
+class _SlowFirstPauseTrainable(ray.tune.Trainable):
+    """Counts its steps. Trial ``lr=100`` steps fast and is the worse one; its
+    saves at count 2 (synch PBT's pause there) take 4 s. Trial ``lr=1`` steps
+    every 0.5 s and reaches count 2 while that save is under way."""
+
+    def setup(self, config):
+        self.count = 0
+        self.worse = config["lr"] > 10
+
+    def step(self):
+        import time
+
+        time.sleep(0.05 if self.worse else 0.5)
+        self.count += 1
+        return {"count": self.count, "score": self.count / self.config["lr"]}
+
+    def save_checkpoint(self, checkpoint_dir):
+        import time
+
+        if self.worse and self.count == 2:
+            time.sleep(4)
+        Path(checkpoint_dir, "count").write_text(str(self.count))
+
+    def load_checkpoint(self, checkpoint_dir):
+        self.count = int(Path(checkpoint_dir, "count").read_text())
+
+
+def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
+    ray_start_4_cpus, storage_path
+):
+    """Synch PBT: the worse trial pauses at iteration 2 with a save that takes
+    4 s; the better one reaches iteration 2 meanwhile, and PBT exploits the
+    worse one while it is saving (a pause without a checkpoint). Ray's
+    controller cached a STOP then, which the trial's next save, after its
+    restart, carried out: it ended TERMINATED at iteration 3 without an error
+    (ray-project/ray#57906). Under ray_tt_ext's Tuner both trials run their 6
+    iterations."""
+    pbt = ray.tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"lr": [1.0, 100.0]},
+        quantile_fraction=0.5,
+        resample_probability=0.0,
+        synch=True,
+    )
+    results = Tuner(
+        _SlowFirstPauseTrainable,
+        param_space={"lr": ray.tune.grid_search([1.0, 100.0])},
+        tune_config=ray.tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
+        run_config=quiet_run_config(
+            storage_path,
+            "pbt_pause",
+            stop={"training_iteration": 6},
+            checkpoint_config=tune_api.CheckpointConfig(checkpoint_frequency=1),
+        ),
+    ).fit()
+    assert not results.errors
+    iterations = sorted(r.metrics["training_iteration"] for r in results)
+    assert iterations == [6, 6], iterations
+    # The worse trial was exploited: it went on from the better one's count.
+    assert all(r.metrics["count"] == 6 for r in results)
+
+
 @pytest.mark.quick
 def test_result_logs_get_each_report_once_whatever_loggers_the_user_gives(
     ray_start_4_cpus, storage_path, monkeypatch

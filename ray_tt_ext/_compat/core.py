@@ -17,7 +17,10 @@ import ray.tune
 from ray._private import worker as _ray_worker
 from ray.air.util.node import _force_on_current_node
 from ray.train._internal.storage import StorageContext
+from ray.tune.execution.tune_controller import TuneController as _RayTuneController
 from ray.tune.experiment import Experiment
+from ray.tune.experiment import Trial as _Trial
+from ray.tune.schedulers import TrialScheduler as _TrialScheduler
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -115,6 +118,68 @@ def is_driver_process() -> bool:
     if _TUNE_DRIVER_HERE.get():
         return True
     return getattr(_ray_worker.global_worker, "mode", None) != _ray_worker.WORKER_MODE
+
+
+# -- Tune's controller: a pause while saving left a STOP (driver) -----------------
+
+_FIXED_PAUSE = contextvars.ContextVar("ray_tt_ext_fixed_pause", default=False)
+_CONTROLLER_PATCH_LOCK = threading.Lock()
+
+
+class _TuneController(_RayTuneController):
+    """Ray's ``TuneController`` with :meth:`_schedule_trial_pause` extended; it
+    behaves as Ray's unless made inside :func:`tune_controller_pause_fixed`."""
+
+    _rtt_patched = True
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._rtt_fixed_pause = _FIXED_PAUSE.get()
+
+    def _schedule_trial_pause(self, trial: Any, should_checkpoint: bool = True) -> None:
+        """Extends Ray's ``TuneController._schedule_trial_pause``; runs in Tune's
+        loop (driver, or the Ray Client Tuner actor).
+
+        A pause without a checkpoint of a trial that is saving (synch PBT
+        exploits a trial whose pause's save is under way) stops its actor
+        through ``_schedule_trial_stop``, which caches a STOP for when the save
+        resolves. That save never resolves (the actor's tasks are dropped), the
+        trial is PAUSED, and the STOP stays: the trial's next save, once PBT
+        restarted it, ends it as TERMINATED without an error, its remaining
+        iterations never run (ray-project/ray#57906; a fix proposed upstream,
+        ray-project/ray#61448, caches a PAUSE instead). Here the STOP is
+        dropped: the pause is done, nothing is left to act on.
+        """
+        super()._schedule_trial_pause(trial, should_checkpoint=should_checkpoint)
+        if (
+            self._rtt_fixed_pause
+            and not should_checkpoint
+            and trial.status == _Trial.PAUSED
+            and self._cached_trial_decisions.get(trial.trial_id) == _TrialScheduler.STOP
+        ):
+            del self._cached_trial_decisions[trial.trial_id]
+
+
+@contextlib.contextmanager
+def tune_controller_pause_fixed() -> Iterator[None]:
+    """Tune's controllers made in this thread within the block drop the STOP
+    that a pause while saving leaves (:class:`_TuneController`).
+
+    Patches ``ray.tune.tune.TuneController`` (the name ``tune.run`` makes its
+    controller with) once, with a subclass that behaves as Ray's outside such
+    a block: a plain ``ray.tune.Tuner`` in this process keeps Ray's behaviour.
+    Runs on the driver (or the Ray Client Tuner actor), for a fit.
+    """
+    import ray.tune.tune as tune_module
+
+    with _CONTROLLER_PATCH_LOCK:
+        if not getattr(tune_module.TuneController, "_rtt_patched", False):
+            tune_module.TuneController = _TuneController
+    token = _FIXED_PAUSE.set(True)
+    try:
+        yield
+    finally:
+        _FIXED_PAUSE.reset(token)
 
 
 def add_post_init_hook(hook) -> None:

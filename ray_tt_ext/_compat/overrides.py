@@ -58,6 +58,8 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.tune.registry:_Registry.unregister", "ray_tt_ext._compat.core:guard_tune_registry", "patches", "driver / Ray Client Tuner actor (Tune's global registry)"),
     RayOverride(f"{_TUNER_INTERNAL}._get_tune_run_arguments", "ray_tt_ext._tuner:_TunerInternal._get_tune_run_arguments", "extends", "driver / Ray Client Tuner actor"),
     RayOverride("ray.tune.logger.logger:LoggerCallback._restore_from_remote", "ray_tt_ext._tune_logs:_DriverCopyFirst._restore_from_remote", "overrides", "driver / Ray Client Tuner actor"),
+    RayOverride("ray.tune.execution.tune_controller:TuneController._schedule_trial_pause", "ray_tt_ext._compat.core:_TuneController._schedule_trial_pause", "extends", "driver / Ray Client Tuner actor (Tune's loop)"),
+    RayOverride("ray.tune.tune:TuneController", "ray_tt_ext._compat.core:tune_controller_pause_fixed", "patches", "driver / Ray Client Tuner actor (the class tune.run makes its controller with; Ray's behaviour outside a ray_tt_ext fit)"),
     RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_ClientTunerInternal.fit", "extends", "Ray Client Tuner actor"),
     RayOverride(f"{_TUNER_INTERNAL}.get_results", "ray_tt_ext._tuner:_ClientTunerInternal.get_results", "extends", "Ray Client Tuner actor"),
     RayOverride("ray.tune.experiment:Experiment._storage_context_cls", "ray_tt_ext._storage:checkpoint_policy_installed", "patches", "driver, while a fit runs"),
