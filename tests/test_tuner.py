@@ -439,25 +439,32 @@ def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_pa
 
 
 class _SlowFirstPauseTrainable(ray.tune.Trainable):
-    """Counts its steps. Trial ``lr=100`` steps fast and is the worse one; its
-    saves at count 2 (synch PBT's pause there) take 4 s. Trial ``lr=1`` steps
-    every 0.5 s and reaches count 2 while that save is under way."""
+    """Counts its steps. Trial ``lr=100``, the worse one, saves at count 2
+    (synch PBT's pause there) for 4 s, after writing ``marker``. Trial
+    ``lr=1`` takes its second step once that save has begun (``marker``), so
+    that it reaches iteration 2 while the save is under way."""
 
     def setup(self, config):
         self.count = 0
         self.worse = config["lr"] > 10
+        self.marker = Path(config["marker"])
 
     def step(self):
         import time
 
-        time.sleep(0.05 if self.worse else 0.5)
+        if not self.worse and self.count == 1:
+            deadline = time.monotonic() + 120
+            while not self.marker.exists():  # the worse trial's save has begun
+                assert time.monotonic() < deadline, "the worse trial never saved"
+                time.sleep(0.05)
         self.count += 1
         return {"count": self.count, "score": self.count / self.config["lr"]}
 
     def save_checkpoint(self, checkpoint_dir):
         import time
 
-        if self.worse and self.count == 2:
+        if self.worse and self.count == 2 and not self.marker.exists():
+            self.marker.touch()
             time.sleep(4)
         Path(checkpoint_dir, "count").write_text(str(self.count))
 
@@ -472,9 +479,12 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     4 s; the better one reaches iteration 2 meanwhile, and PBT exploits the
     worse one while it is saving (a pause without a checkpoint). Ray's
     controller cached a STOP then, which the trial's next save, after its
-    restart, carried out: it ended TERMINATED at iteration 3 without an error
-    (ray-project/ray#57906). Under ray_tt_ext's Tuner both trials run their 6
+    restart, carried out: it ended TERMINATED at iteration 3 without an error,
+    and at times the fit hung, the other trial PAUSED at iteration 4 (so,
+    broken, this test fails on its assertion or on its timeout;
+    ray-project/ray#57906). Under ray_tt_ext's Tuner both trials run their 6
     iterations."""
+    marker = os.path.join(storage_path, "worse_trial_saving")
     pbt = ray.tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
         perturbation_interval=2,
@@ -485,7 +495,7 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     )
     results = Tuner(
         _SlowFirstPauseTrainable,
-        param_space={"lr": ray.tune.grid_search([1.0, 100.0])},
+        param_space={"lr": ray.tune.grid_search([1.0, 100.0]), "marker": marker},
         tune_config=ray.tune.TuneConfig(metric="score", mode="max", scheduler=pbt),
         run_config=quiet_run_config(
             storage_path,
@@ -494,6 +504,7 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
             checkpoint_config=tune_api.CheckpointConfig(checkpoint_frequency=1),
         ),
     ).fit()
+    assert os.path.exists(marker)  # the case arose: the worse trial saved slowly
     assert not results.errors
     iterations = sorted(r.metrics["training_iteration"] for r in results)
     assert iterations == [6, 6], iterations

@@ -20,7 +20,6 @@ from ray.train._internal.storage import StorageContext
 from ray.tune.execution.tune_controller import TuneController as _RayTuneController
 from ray.tune.experiment import Experiment
 from ray.tune.experiment import Trial as _Trial
-from ray.tune.schedulers import TrialScheduler as _TrialScheduler
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -146,18 +145,20 @@ class _TuneController(_RayTuneController):
         resolves. That save never resolves (the actor's tasks are dropped), the
         trial is PAUSED, and the STOP stays: the trial's next save, once PBT
         restarted it, ends it as TERMINATED without an error, its remaining
-        iterations never run (ray-project/ray#57906; a fix proposed upstream,
-        ray-project/ray#61448, caches a PAUSE instead). Here the STOP is
-        dropped: the pause is done, nothing is left to act on.
+        iterations never run, and a synch PBT fit can then hang, the other
+        trials PAUSED at the next interval (ray-project/ray#57906; a fix proposed upstream,
+        ray-project/ray#61448, caches a PAUSE instead). Here the decision is
+        dropped, whichever it is: Ray's ``pause_trial`` cleared the trial's
+        before this call, the pause is done and the actor gone, so nothing is
+        left to act on (a synch PBT replay pauses the same way).
         """
         super()._schedule_trial_pause(trial, should_checkpoint=should_checkpoint)
         if (
             self._rtt_fixed_pause
             and not should_checkpoint
             and trial.status == _Trial.PAUSED
-            and self._cached_trial_decisions.get(trial.trial_id) == _TrialScheduler.STOP
         ):
-            del self._cached_trial_decisions[trial.trial_id]
+            self._cached_trial_decisions.pop(trial.trial_id, None)
 
 
 @contextlib.contextmanager

@@ -72,8 +72,9 @@ def as_tune_checkpoint(checkpoint: Any) -> Any:
     ``report`` logs a ``RayDeprecationWarning`` ("The `Checkpoint` class should
     be imported from `ray.tune`") for a Train one, which would tell users to
     change imports of theirs when the ``v2.Tuner`` trial actor reports the
-    run's Train checkpoints to Tune (trial actor)."""
-    if checkpoint is None or isinstance(checkpoint, TuneCheckpoint):
+    run's Train checkpoints to Tune (trial actor). A subclass of Train's (a
+    ``checkpoint_upload_fn``'s own) is handed over as it is."""
+    if type(checkpoint) is not ray.train.Checkpoint:  # None, Tune's, a subclass
         return checkpoint
     return TuneCheckpoint(path=checkpoint.path, filesystem=checkpoint.filesystem)
 
