@@ -146,18 +146,15 @@ class _TuneController(_RayTuneController):
         trial is PAUSED, and the STOP stays: the trial's next save, once PBT
         restarted it, ends it as TERMINATED without an error, its remaining
         iterations never run, and a synch PBT fit can then hang, the other
-        trials PAUSED at the next interval (ray-project/ray#57906; a fix proposed upstream,
-        ray-project/ray#61448, caches a PAUSE instead). Here the decision is
+        trials PAUSED at the next interval (ray-project/ray#57906; a fix
+        proposed upstream, ray-project/ray#61448, caches a PAUSE instead). Here the decision is
         dropped, whichever it is: Ray's ``pause_trial`` cleared the trial's
         before this call, the pause is done and the actor gone, so nothing is
         left to act on (a synch PBT replay pauses the same way).
         """
         super()._schedule_trial_pause(trial, should_checkpoint=should_checkpoint)
-        if (
-            self._rtt_fixed_pause
-            and not should_checkpoint
-            and trial.status == _Trial.PAUSED
-        ):
+        fixed = getattr(self, "_rtt_fixed_pause", False)  # set once __init__ ends
+        if fixed and not should_checkpoint and trial.status == _Trial.PAUSED:
             self._cached_trial_decisions.pop(trial.trial_id, None)
 
 
