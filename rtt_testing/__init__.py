@@ -497,18 +497,14 @@ def what_holds_resources() -> str:
     return "\n".join(lines)
 
 
-def worker_stderr(pid: int) -> str:
-    """What the Ray worker process ``pid`` of the connected local Ray wrote to
-    its stderr (its log file in the session's folder; Ray's own loggers and
-    warnings go there), for a test that checks what a user would see."""
-    import glob
-
-    import ray
-
-    session = ray._private.worker._global_node.get_session_dir_path()
-    files = glob.glob(os.path.join(session, "logs", f"worker-*-{pid}.err"))
-    assert files, f"no log of worker {pid} in {session}/logs"
-    return "".join(open(f, errors="replace").read() for f in files)
+def wait_until(condition, what: str, timeout_s: float = 30.0) -> None:
+    """Poll ``condition`` (a state Ray reaches on its own: an actor marked dead,
+    a killed process gone) every 0.05 s until it holds; fail after
+    ``timeout_s`` naming ``what``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.05)
 
 
 def alive_actor_ids(class_name: str) -> set[str]:

@@ -120,6 +120,7 @@ def test_whether_a_process_of_another_node_runs_is_asked_there(
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     from ray_tt_ext._compat import core
+    from rtt_testing import wait_until
 
     cluster, workers = ray_head_and_2_worker_nodes
     here, there = cluster.head_node.node_id, workers[0].node_id
@@ -140,10 +141,7 @@ def test_whether_a_process_of_another_node_runs_is_asked_there(
     assert core._processes_running(reused) == set()
     for sleeper in sleepers.values():
         ray.kill(sleeper)
-    deadline = time.monotonic() + 30  # a killed actor's process exits
-    while core._processes_running(processes) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert core._processes_running(processes) == set()
+    wait_until(lambda: not core._processes_running(processes), "the killed actors exit")
 
 
 def test_killing_a_worker_node_mid_run_is_survived(

@@ -376,16 +376,15 @@ def dead_train_controllers_placement_groups(
     job = ray.JobID.from_hex(job_id)
     actor_data = gcs_pb2.ActorTableData
     dead = actor_data.ActorState.Value("DEAD")
-    if count_dying:
-        table = {
-            d.actor_id: d
-            for d in map(actor_data.FromString, accessor.get_actor_table(job, None))
-        }
-    else:  # every few seconds of a fit: the dead controllers only
-        table = {
-            d.actor_id: d
-            for d in map(actor_data.FromString, accessor.get_actor_table(job, "DEAD"))
-        }
+    # At the end of a fit every actor of the job; every few seconds of it, the
+    # dead ones only.
+    table = {
+        d.actor_id: d
+        for d in map(
+            actor_data.FromString,
+            accessor.get_actor_table(job, None if count_dying else "DEAD"),
+        )
+    }
     controllers = {a: d for a, d in table.items() if d.class_name == "TrainController"}
     groups = gcs_pb2.PlacementGroupTableData
     candidates = []

@@ -584,16 +584,6 @@ class TrainController:
         return os.getpid(), group.id.hex()
 
 
-def _wait_until(condition, what: str, timeout_s: float = 30.0) -> None:
-    """Poll ``condition`` (a state Ray reaches on its own) until it holds."""
-    import time
-
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
-        time.sleep(0.05)
-
-
 def test_a_dead_controllers_group_is_left_while_its_process_still_runs():
     """The GCS marks an actor DEAD before its process exits. A dead Train
     controller's placement group is not removed until its process has exited
@@ -605,7 +595,7 @@ def test_a_dead_controllers_group_is_left_while_its_process_still_runs():
 
     from ray.util import placement_group_table
 
-    from rtt_testing import alive_actor_ids
+    from rtt_testing import alive_actor_ids, wait_until
 
     job = ray.get_runtime_context().get_job_id()
     controller = TrainController.remote()
@@ -622,7 +612,7 @@ def test_a_dead_controllers_group_is_left_while_its_process_still_runs():
     os.kill(pid, signal.SIGSTOP)
     try:
         ray.kill(controller)
-        _wait_until(lambda: actor_id not in alive_actor_ids("TrainController"), "DEAD")
+        wait_until(lambda: actor_id not in alive_actor_ids("TrainController"), "DEAD")
         assert not process_gone()
         found, dying = _compat.dead_train_controllers_placement_groups(
             job, count_dying=True
@@ -631,7 +621,7 @@ def test_a_dead_controllers_group_is_left_while_its_process_still_runs():
         assert dying >= 1
     finally:
         os.kill(pid, signal.SIGCONT)
-    _wait_until(process_gone, "the killed controller's process exits")
+    wait_until(process_gone, "the killed controller's process exits")
     found, _ = _compat.dead_train_controllers_placement_groups(job)
     assert group in {g.id.hex() for g in found}
     for g in found:
