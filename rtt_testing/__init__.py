@@ -38,6 +38,15 @@ except ImportError:  # pragma: no cover - pyarrow comes with ray[tune]
     _FileSystemHandler = object  # type: ignore[misc,assignment]
 
 
+#: Test modules in tests/ whose subject is a fresh interpreter (or no Ray at
+#: all), so the Train version of the pytest process running them does not
+#: matter: they import no ray_tt_ext name that turns Train V1 on. ``scripts/test``
+#: runs them in the Train V2 session, beside tests/v2, which would otherwise end
+#: minutes before the Train V1 session (docs/testing.md, "The two sessions side
+#: by side"); ``python -m pytest`` alone runs them in the Train V1 session.
+EITHER_SESSION_MODULES = ("test_readme.py", "test_release_runner.py", "test_train_v1.py")
+
+
 def free_port() -> int:
     """A free TCP port on loopback."""
     with socket.socket() as s:
@@ -617,3 +626,21 @@ def run_in_one_interpreter(
         subprocess.CompletedProcess(command, code, out, err)
         for command, (code, out, err) in zip(commands, runs, strict=True)
     ]
+
+
+def train_v2_is_rays_default() -> bool:
+    """Whether this Ray turns Train V2 on when the variable is unset (Ray >= 2.51)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import ray.train, ray.air.config; "
+            "print(ray.train.RunConfig is not ray.air.config.RunConfig)",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return out.strip().endswith("True")

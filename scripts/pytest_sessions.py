@@ -11,7 +11,10 @@ The two sessions run side by side, each with a Ray of its own: one session
 alone keeps the 2 cores about two thirds busy (its Ray waiting on process
 starts, polls, a fresh interpreter), two keep them busy (docs/testing.md,
 "Where the time goes"; a third stream, ``tests/`` over two pytest-xdist
-workers, made the suite slower). The Train V1 session prints as it
+workers, made the suite slower). Side by side, the modules of ``tests/`` that
+run fresh interpreters (``rtt_testing.EITHER_SESSION_MODULES``: the README's
+examples, Train V1 enablement, the release runner) run in the Train V2 session,
+so that the two end near the same time. The Train V1 session prints as it
 runs; the Train V2 session's output is printed whole once it ends (after the
 Train V1 output), so the two never interleave. ``--one-after-the-other`` runs
 ``tests/`` then ``tests/v2``, each in one process, as before (to time one
@@ -39,6 +42,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from rtt_testing import EITHER_SESSION_MODULES  # noqa: E402
+
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 NO_TESTS_COLLECTED = 5
 
@@ -145,6 +151,63 @@ def _cpu_busy() -> tuple[float, float] | None:
     return sum(fields) - idle, sum(fields)
 
 
+class TreeCpu:
+    """CPU-seconds of the processes under this one (the pytest sessions, their
+    Rays, workers and fresh interpreters), read from /proc every ``interval_s``
+    per (pid, start time) by a daemon thread (Linux; ``None`` elsewhere).
+
+    Sampled, not summed from ``rusage``: Ray's raylet lets its workers go
+    without adding their time to its own, so most of the suite's CPU time never
+    reaches this process's children's times. A process's last ``interval_s``
+    before it exits is missed, so the figure is a little low. Against the
+    machine's busy CPU-seconds, it says how much of the machine other processes
+    took while the suite ran."""
+
+    def __init__(self, interval_s: float = 0.5) -> None:
+        self._ticks: dict[tuple[int, int], int] = {}
+        self._interval_s = interval_s
+        self._stop = threading.Event()
+        self._tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+        self.available = Path("/proc/self/stat").exists()
+        if self.available:
+            threading.Thread(target=self._loop, daemon=True).start()
+
+    def _scan(self) -> None:
+        children: dict[int, list[int]] = {}
+        stats: dict[int, tuple[tuple[int, int], int]] = {}
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    stat = f.read()
+            except OSError:  # it exited
+                continue
+            fields = stat[stat.rfind(")") + 2 :].split()  # from field 3, state
+            pid = int(entry)
+            children.setdefault(int(fields[1]), []).append(pid)
+            stats[pid] = ((pid, int(fields[19])), int(fields[11]) + int(fields[12]))
+        stack = list(children.get(os.getpid(), ()))
+        while stack:
+            pid = stack.pop()
+            if pid in stats:
+                key, ticks = stats[pid]
+                self._ticks[key] = ticks
+            stack.extend(children.get(pid, ()))
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            self._scan()
+
+    def seconds(self) -> float | None:
+        """The CPU-seconds so far (and stop sampling)."""
+        if not self.available:
+            return None
+        self._stop.set()
+        self._scan()
+        return sum(self._ticks.values()) / self._tck
+
+
 def _own_basetemp(args: list[str], suffix: str) -> list[str]:
     """``args`` with a ``--basetemp`` of their own (pytest empties the basetemp
     when a session starts: side by side, a shared one would lose files)."""
@@ -175,13 +238,18 @@ def main(args: list[str]) -> int:
     v2_env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
     v2_env["RAY_TT_EXT_TEST_TRAIN"] = "v2"
     v2_args = _own_basetemp(args, "-v2")
-    started, cpu_at_start = time.monotonic(), _cpu_busy()
+    v1_paths, v2_paths = ["tests"], ["tests/v2"]
+    if side_by_side:  # balance the two: the fresh-interpreter modules beside tests/v2
+        either = [f"tests/{name}" for name in EITHER_SESSION_MODULES]
+        v1_paths += [f"--ignore={path}" for path in either]
+        v2_paths += either
+    started, cpu_at_start, suite_cpu = time.monotonic(), _cpu_busy(), TreeCpu()
     sessions: list[Session] = []
     try:
         if side_by_side:
-            v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=False)
+            v2 = Session("Train V2 (tests/v2)", v2_paths, v2_args, v2_env, live=False)
             sessions.append(v2)
-            v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
+            v1 = Session("Train V1 (tests/)", v1_paths, args, v1_env, live=True)
             sessions.append(v1)
             status_v1 = v1.wait()
             v1.print_output()
@@ -219,11 +287,25 @@ def main(args: list[str]) -> int:
     if cpu_at_start and cpu_at_end and cpu_at_end[1] > cpu_at_start[1]:
         share = (cpu_at_end[0] - cpu_at_start[0]) / (cpu_at_end[1] - cpu_at_start[1])
         busy = f"; the machine's {os.cpu_count()} CPUs {share:.0%} busy"
+        machine_s = (cpu_at_end[0] - cpu_at_start[0]) / (os.sysconf("SC_CLK_TCK"))
+        own_s = suite_cpu.seconds()
+        if (
+            own_s is not None
+        ):  # what other processes took tells a slow run from a busy machine
+            busy += (
+                f" ({machine_s:.0f} CPU-s: the suite's processes {own_s:.0f},"
+                f" the rest {max(machine_s - own_s, 0):.0f})"
+            )
+    v2_label = "tests/v2"
+    if side_by_side:
+        v2_label += (
+            f" (with {len(EITHER_SESSION_MODULES)} fresh-interpreter modules of tests/)"
+        )
     print(
-        f"== session times ({how}): tests/ {v1.seconds:.0f} s, tests/v2 {v2.seconds:.0f} s,"
+        f"== session times ({how}): tests/ {v1.seconds:.0f} s, {v2_label} {v2.seconds:.0f} s,"
         f" both {time.monotonic() - started:.0f} s{busy} =="
     )
-    print(f"== both sessions: tests/ {fmt(counts_v1)}; tests/v2 {fmt(counts_v2)} ==")
+    print(f"== both sessions: tests/ {fmt(counts_v1)}; {v2_label} {fmt(counts_v2)} ==")
     return 0 if status_v1 == 0 and status_v2 == 0 else 1
 
 

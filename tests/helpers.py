@@ -20,6 +20,7 @@ from rtt_testing import (
     CountingFileSystem,  # noqa: F401  (re-exported)
     counting_conversions,
     resume_step,
+    train_v2_is_rays_default,  # noqa: F401  (re-exported)
 )
 
 COUNTER_NAME = "ray_tt_ext_test_conversion_counter"
@@ -349,27 +350,6 @@ def alive_actors(class_name: str) -> list:
         for a in state.actors().values()
         if a["ActorClassName"].endswith(class_name) and a["State"] == "ALIVE"
     ]
-
-
-def train_v2_is_rays_default() -> bool:
-    """Whether this Ray turns Train V2 on when the variable is unset (Ray >= 2.51)."""
-    import subprocess
-    import sys
-
-    env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
-    out = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "import ray.train, ray.air.config; "
-            "print(ray.train.RunConfig is not ray.air.config.RunConfig)",
-        ],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    return out.strip().endswith("True")
 
 
 class CleanupBackend(Backend):
