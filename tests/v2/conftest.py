@@ -2,9 +2,8 @@
 
 Runs in a pytest session of its own (``RAY_TT_EXT_TEST_TRAIN=v2``, see
 ``tests/conftest.py``; ``scripts/pytest_sessions.py`` runs both), with
-``RAY_TRAIN_V2_ENABLED`` unset as users have it. On Ray < 2.51 every test of
-tests/v2 is skipped, and counted (the fresh-interpreter modules of tests/ that
-``scripts/test`` also runs in this session still run).
+``RAY_TRAIN_V2_ENABLED`` unset as users have it. On Ray < 2.51 every test is
+skipped, and counted.
 """
 
 from __future__ import annotations
