@@ -156,9 +156,9 @@ class TreeCpu:
     Sampled, not summed from ``rusage``: Ray's raylet lets its workers go
     without adding their time to its own, so most of the suite's CPU time never
     reaches this process's children's times. A process's last ``interval_s``
-    before it exits is missed, so the figure is a little low. Against the
-    machine's busy CPU-seconds, it says how much of the machine other processes
-    took while the suite ran."""
+    before it exits is missed, so the figure is a little low. The machine's busy
+    CPU-seconds less this are the rest: other processes, the kernel's own work,
+    and what the sampling missed."""
 
     def __init__(self, interval_s: float = 0.5) -> None:
         self._ticks: dict[tuple[int, int], int] = {}
