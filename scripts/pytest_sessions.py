@@ -41,6 +41,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 NO_TESTS_COLLECTED = 5
+#: /proc's clock ticks per second (Linux; /proc is read only there).
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 class Session:
@@ -164,7 +166,6 @@ class TreeCpu:
         self._ticks: dict[tuple[int, int], int] = {}
         self._interval_s = interval_s
         self._stop = threading.Event()
-        self._tck = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         self.available = Path("/proc/self/stat").exists()
         self._thread: threading.Thread | None = None
         if self.available:
@@ -215,7 +216,7 @@ class TreeCpu:
             self._scan()
         except Exception:
             return None
-        return sum(self._ticks.values()) / self._tck
+        return sum(self._ticks.values()) / _CLK_TCK
 
 
 def _own_basetemp(args: list[str], suffix: str) -> list[str]:
@@ -292,9 +293,8 @@ def main(args: list[str]) -> int:
     if cpu_at_start and cpu_at_end and cpu_at_end[1] > cpu_at_start[1]:
         share = (cpu_at_end[0] - cpu_at_start[0]) / (cpu_at_end[1] - cpu_at_start[1])
         busy = f"; the machine's {os.cpu_count()} CPUs {share:.0%} busy"
-        tck = os.sysconf("SC_CLK_TCK")
-        machine_s = (cpu_at_end[0] - cpu_at_start[0]) / tck
-        steal_s = (cpu_at_end[2] - cpu_at_start[2]) / tck
+        machine_s = (cpu_at_end[0] - cpu_at_start[0]) / _CLK_TCK
+        steal_s = (cpu_at_end[2] - cpu_at_start[2]) / _CLK_TCK
         own_s = suite_cpu.seconds()
         # the rest, and the hypervisor's steal, tell a busy machine from a slow run
         if own_s is not None:

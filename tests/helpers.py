@@ -20,7 +20,6 @@ from rtt_testing import (
     CountingFileSystem,  # noqa: F401  (re-exported)
     counting_conversions,
     resume_step,
-    train_v2_is_rays_default,  # noqa: F401  (re-exported)
 )
 
 COUNTER_NAME = "ray_tt_ext_test_conversion_counter"

@@ -17,11 +17,11 @@ from helpers import (
     get_or_create_counter,
     recorded,
     report_loop,
-    train_v2_is_rays_default,
 )
 
 import ray_tt_ext
 from ray_tt_ext import Tuner
+from rtt_testing import train_v2_is_rays_default
 
 pytestmark = [pytest.mark.client, pytest.mark.timeout(300)]
 

@@ -450,13 +450,10 @@ class _SlowFirstPauseTrainable(ray.tune.Trainable):
         self.marker = Path(config["marker"])
 
     def step(self):
-        import time
+        from rtt_testing import wait_until
 
         if not self.worse and self.count == 1:
-            deadline = time.monotonic() + 120
-            while not self.marker.exists():  # the worse trial's save has begun
-                assert time.monotonic() < deadline, "the worse trial never saved"
-                time.sleep(0.05)
+            wait_until(self.marker.exists, "the worse trial's save begins", timeout_s=120)
         self.count += 1
         return {"count": self.count, "score": self.count / self.config["lr"]}
 
