@@ -231,8 +231,8 @@ class _TunerInternal(TunerInternal):
 
         With a trainer whose ``remote_executor`` is on, the trials share one
         executor host per node for the length of the fit. Tune's controller
-        drops the STOP a pause while saving leaves under PBT
-        (``_compat.tune_controller_pause_fixed``).
+        drops the STOP a pause while saving leaves under PBT, and removes no
+        placement group while the GCS creates it (``_compat.tune_controller_fixed``).
 
         Extends Ray's ``TunerInternal.fit``; runs on the driver (or the Ray
         Client Tuner actor).
@@ -260,7 +260,7 @@ class _TunerInternal(TunerInternal):
                 self._run_config.checkpoint_config, self._storage_context_cls
             ),
             self._executor_hosts(trainable),
-            _compat.tune_controller_pause_fixed(),
+            _compat.tune_controller_fixed(),
         ):
             own_name = name is None or name == registry_name(trainable)
             if name is not None and not self._is_restored:

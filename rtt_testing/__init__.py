@@ -452,6 +452,29 @@ def assert_every_cpu_free(timeout_s: float = 20.0) -> None:
         time.sleep(0.5)
 
 
+def placement_group_ids() -> set[str]:
+    """The ids of every placement group the connected Ray has had, removed or not."""
+    import ray
+
+    return set(ray.util.placement_group_table())
+
+
+def removed_before_created(ids: set[str]) -> list[str]:
+    """The placement groups of ``ids`` that were removed before the GCS created them
+    (a creation latency of 0 in their stats). A removal then can leave a raylet's
+    prepared resources held for good (ray-project/ray#64693; ray_tt_ext's Tune
+    controller removes a placement group only once created)."""
+    import ray
+
+    table = ray.util.placement_group_table()
+    return [
+        pg_id
+        for pg_id in sorted(ids)
+        if table[pg_id]["state"] == "REMOVED"
+        and not table[pg_id]["stats"]["end_to_end_creation_latency_ms"]
+    ]
+
+
 def what_holds_resources() -> str:
     """Ray's view of what may hold resources, for an assertion's message or a
     stuck run's report: each node (alive or dead, its resources), the free

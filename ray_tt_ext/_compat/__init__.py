@@ -66,7 +66,7 @@ from ray_tt_ext._compat.core import (
     release_out_of_band_pins,
     set_experiment_storage_context_cls,
     train_run_pids,
-    tune_controller_pause_fixed,
+    tune_controller_fixed,
 )
 from ray_tt_ext._compat.train_mode import (
     AirScalingConfig,
@@ -210,7 +210,7 @@ __all__ = [
     "train_run_pids",
     "tune_report_queue",
     "train_v2_enabled",
-    "tune_controller_pause_fixed",
+    "tune_controller_fixed",
     "tune_report",
     "use_capturing_worker_group",
     "wait_for_workers_to_take_their_calls",

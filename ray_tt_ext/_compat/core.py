@@ -15,6 +15,9 @@ import ray
 import ray.train
 import ray.tune
 from ray._private import worker as _ray_worker
+from ray.air.execution.resources.placement_group import (
+    PlacementGroupResourceManager as _RayPlacementGroupResourceManager,
+)
 from ray.air.util.node import _force_on_current_node
 from ray.train._internal.storage import StorageContext
 from ray.tune.execution.tune_controller import TuneController as _RayTuneController
@@ -119,21 +122,109 @@ def is_driver_process() -> bool:
     return getattr(_ray_worker.global_worker, "mode", None) != _ray_worker.WORKER_MODE
 
 
+# -- Tune's placement groups: none removed while it is being created (driver) -------
+
+#: How long the end of a fit waits for the placement groups that Tune gave up while
+#: they were being created to be created, so that they are removed whole (seconds).
+_GIVEN_UP_PATIENCE_S = 5.0
+
+
+class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
+    """Ray Tune's ``PlacementGroupResourceManager`` that removes a placement group
+    Tune gave up before it was created (a cancelled request: a trial that took a
+    cached actor under ``reuse_actors``, a pending trial at the end of a fit)
+    only once the GCS created it. Runs in Tune's loop (driver, or the Ray Client
+    Tuner actor).
+
+    Ray's removes it at once. A placement group removed while the GCS waits for
+    a raylet's reply to its prepare request keeps that raylet's prepared
+    resources: its CPUs are lost until Ray restarts, with no placement group,
+    actor or lease holding them (ray-project/ray#64693; a fix is proposed
+    upstream in ray-project/ray#66188). Tune's request-then-cancel under
+    ``reuse_actors`` hits that window: 200 of them in a row on a 4-CPU Ray
+    2.60 lost 3 CPUs, synch PBT with ``reuse_actors=True`` lost one in about
+    half of its fits. A created placement group is removed whole.
+    """
+
+    def __init__(self, update_interval_s: float = 0.1) -> None:
+        super().__init__(update_interval_s=update_interval_s)
+        #: The ``ready()`` futures of the placement groups given up, not yet created.
+        self._given_up: dict[Any, Any] = {}
+
+    def cancel_resource_request(self, resource_request: Any) -> None:
+        """Overrides Ray's ``PlacementGroupResourceManager.cancel_resource_request``
+        (Tune's loop): a placement group not created yet is forgotten as Ray's
+        does, and removed once created (:meth:`update_state`); a created one is
+        removed at once, as Ray does."""
+        if not self._request_to_staged_pgs[resource_request]:
+            return super().cancel_resource_request(resource_request)
+        pg = self._request_to_staged_pgs[resource_request].pop()
+        future = self._pg_to_staging_future.pop(pg)
+        self._staging_future_to_pg.pop(future)
+        self._pg_to_request.pop(pg)
+        self._given_up[future] = pg
+
+    def get_resource_futures(self) -> list:
+        """Extends Ray's ``PlacementGroupResourceManager.get_resource_futures`` (Tune's
+        loop): the placement groups given up wake Tune's loop once created too, whose
+        ``update_state`` removes them."""
+        return super().get_resource_futures() + list(self._given_up)
+
+    def update_state(self) -> None:
+        """Extends Ray's ``PlacementGroupResourceManager.update_state`` (Tune's loop):
+        the placement groups given up that are created now are removed."""
+        super().update_state()
+        if self._given_up:
+            created, _ = ray.wait(
+                list(self._given_up), num_returns=len(self._given_up), timeout=0
+            )
+            for future in created:
+                ray.util.remove_placement_group(self._given_up.pop(future))
+
+    def clear(self) -> None:
+        """Extends Ray's ``PlacementGroupResourceManager.clear`` (Tune's loop, at the
+        end of a fit): the placement groups not created yet, given up or still
+        requested, get up to :data:`_GIVEN_UP_PATIENCE_S` to be created (a fit's
+        end frees the CPUs they wait for), then all are removed; then Ray's."""
+        if ray.is_initialized():
+            for request, staged in self._request_to_staged_pgs.items():
+                for _ in range(len(staged)):
+                    self.cancel_resource_request(request)
+            if self._given_up:
+                ray.wait(
+                    list(self._given_up),
+                    num_returns=len(self._given_up),
+                    timeout=_GIVEN_UP_PATIENCE_S,
+                )
+            for future, pg in self._given_up.items():
+                ray.cancel(future)
+                ray.util.remove_placement_group(pg)
+            self._given_up.clear()
+        super().clear()
+
+
 # -- Tune's controller: a pause while saving left a STOP (driver) -----------------
 
-_FIXED_PAUSE = contextvars.ContextVar("ray_tt_ext_fixed_pause", default=False)
+_FIXED = contextvars.ContextVar("ray_tt_ext_tune_controller_fixed", default=False)
 _CONTROLLER_PATCH_LOCK = threading.Lock()
 
 
 class _TuneController(_RayTuneController):
-    """Ray's ``TuneController`` with :meth:`_schedule_trial_pause` extended; it
-    behaves as Ray's unless made inside :func:`tune_controller_pause_fixed`."""
+    """Ray's ``TuneController`` with :meth:`_schedule_trial_pause` extended and
+    its placement groups in :class:`_PlacementGroupsRemovedOnceCreated`; it
+    behaves as Ray's unless made inside :func:`tune_controller_fixed`."""
 
     _rtt_patched = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        """Extends Ray's ``TuneController.__init__`` (driver, or the Ray Client Tuner
+        actor): inside :func:`tune_controller_fixed`, and unless a resource manager
+        was given, Tune's placement groups are :class:`_PlacementGroupsRemovedOnceCreated`'s."""
+        fixed = _FIXED.get()
+        if fixed and kwargs.get("resource_manager_factory") is None:
+            kwargs["resource_manager_factory"] = _PlacementGroupsRemovedOnceCreated
         super().__init__(*args, **kwargs)
-        self._rtt_fixed_pause = _FIXED_PAUSE.get()
+        self._rtt_fixed_pause = fixed
 
     def _schedule_trial_pause(self, trial: Any, should_checkpoint: bool = True) -> None:
         """Extends Ray's ``TuneController._schedule_trial_pause``; runs in Tune's
@@ -159,9 +250,10 @@ class _TuneController(_RayTuneController):
 
 
 @contextlib.contextmanager
-def tune_controller_pause_fixed() -> Iterator[None]:
+def tune_controller_fixed() -> Iterator[None]:
     """Tune's controllers made in this thread within the block drop the STOP
-    that a pause while saving leaves (:class:`_TuneController`).
+    that a pause while saving leaves, and remove no placement group while it
+    is being created (:class:`_TuneController`).
 
     Patches ``ray.tune.tune.TuneController`` (the name ``tune.run`` makes its
     controller with) once, with a subclass that behaves as Ray's outside such
@@ -173,11 +265,11 @@ def tune_controller_pause_fixed() -> Iterator[None]:
     with _CONTROLLER_PATCH_LOCK:
         if not getattr(tune_module.TuneController, "_rtt_patched", False):
             tune_module.TuneController = _TuneController
-    token = _FIXED_PAUSE.set(True)
+    token = _FIXED.set(True)
     try:
         yield
     finally:
-        _FIXED_PAUSE.reset(token)
+        _FIXED.reset(token)
 
 
 def add_post_init_hook(hook) -> None:
