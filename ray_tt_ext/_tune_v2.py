@@ -117,7 +117,9 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     left for a later pass: removed under it, that controller would start again
     with a new group). Without it such a
     group holds its CPUs for the rest of the job: the next fit's trials wait
-    for them forever. A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
+    for them forever. A group the GCS has not created yet is removed only at
+    the end of a fit, once created or once the wait is over (:func:`_created`).
+    A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
     the driver (or the Ray Client Tuner actor)."""
 
     def __init__(self) -> None:
@@ -150,6 +152,9 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
                     job, count_dying=wait_s > 0
                 )
                 for group in groups:
+                    created = _created(group, deadline - time.monotonic())
+                    if not created and not (wait_s > 0 and time.monotonic() >= deadline):
+                        continue  # pending during a fit: left for a later pass
                     try:
                         ray.util.remove_placement_group(group)
                         removed += 1
@@ -179,6 +184,21 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
                 exc_info=True,
             )
             return 0
+
+
+def _created(group: Any, wait_s: float) -> bool:
+    """Whether the GCS created ``group`` (or it is gone), waiting up to ``wait_s``
+    for it. A placement group removed while the GCS creates it can keep a
+    raylet's CPUs for good (ray-project/ray#64693; docs/guide.md, "No placement
+    group removed while Ray creates it"), so the sweep removes a pending one
+    only at the end of a fit, once the sweep's wait is over (driver)."""
+    try:
+        state = ray.util.placement_group_table(group).get("state")
+    except Exception:
+        return True  # the GCS cannot say: Ray's removal decides
+    if state != "PENDING" and state != "PREPARED" and state != "RESCHEDULING":
+        return True
+    return wait_s > 0 and group.wait(timeout_seconds=wait_s)
 
 
 def _fit_callbacks() -> list[Any]:

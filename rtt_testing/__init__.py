@@ -38,6 +38,16 @@ except ImportError:  # pragma: no cover - pyarrow comes with ray[tune]
     _FileSystemHandler = object  # type: ignore[misc,assignment]
 
 
+#: Test modules in tests/ whose subject is a fresh interpreter (or Ray without
+#: Train: the release runner's report of the session's Ray), so the Train
+#: version of the pytest process running them does not matter: they import no
+#: ray_tt_ext name that turns Train V1 on. ``scripts/test`` runs them in the
+#: Train V2 session, beside tests/v2, which would otherwise end minutes before
+#: the Train V1 session (docs/testing.md, "The two sessions side by side");
+#: ``python -m pytest`` alone runs them in the Train V1 session.
+EITHER_SESSION_MODULES = ("test_readme.py", "test_release_runner.py", "test_train_v1.py")
+
+
 def free_port() -> int:
     """A free TCP port on loopback."""
     with socket.socket() as s:

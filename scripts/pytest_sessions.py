@@ -11,7 +11,10 @@ The two sessions run side by side, each with a Ray of its own: one session
 alone keeps the 2 cores about two thirds busy (its Ray waiting on process
 starts, polls, a fresh interpreter), two keep them busy (docs/testing.md,
 "Where the time goes"; a third stream, ``tests/`` over two pytest-xdist
-workers, made the suite slower). The Train V1 session prints as it
+workers, made the suite slower). Side by side, the modules of ``tests/`` that
+run fresh interpreters (``rtt_testing.EITHER_SESSION_MODULES``: the README's
+examples, Train V1 enablement, the release runner) run in the Train V2 session,
+so that the two end near the same time. The Train V1 session prints as it
 runs; the Train V2 session's output is printed whole once it ends (after the
 Train V1 output), so the two never interleave. ``--one-after-the-other`` runs
 ``tests/`` then ``tests/v2``, each in one process, as before (to time one
@@ -19,8 +22,11 @@ session alone, or to read a failure with nothing beside it).
 
 Uses the Python that runs this script; extra arguments go to both sessions
 (``-k``, ``-m``, ``-x``...; a ``--basetemp`` gets ``-v2`` for the second).
-Ends with one line for both, e.g. ``== both sessions: tests/ 290 passed;
-tests/v2 60 passed ==`` (``scripts/compat.sh`` puts it in its verdict). Exit
+Ends with one line for both, e.g. ``== both sessions: tests/ 275 passed;
+tests/v2 (with 3 fresh-interpreter modules of tests/) 75 passed ==`` side by
+side, ``tests/v2 60 passed`` one after the other (``scripts/compat.sh`` puts
+it in its verdict; on a Ray without Train V2 by default, the Train V2 session's
+count is the three modules' alone, its own tests skipped). Exit
 status 0 only if both pass; a session that collects no test fails, unless a
 ``-k``/``-m`` filter deselected them all. ``--quick`` runs the quick tier only
 (``-m quick``: unit and single-fit tests, a few minutes).
@@ -39,6 +45,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from rtt_testing import EITHER_SESSION_MODULES  # noqa: E402
+
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 NO_TESTS_COLLECTED = 5
 #: /proc's clock ticks per second (Linux; /proc is read only there).
@@ -249,13 +258,18 @@ def main(args: list[str]) -> int:
     v2_env = {k: v for k, v in os.environ.items() if k != "RAY_TRAIN_V2_ENABLED"}
     v2_env["RAY_TT_EXT_TEST_TRAIN"] = "v2"
     v2_args = _own_basetemp(args, "-v2")
+    v1_paths, v2_paths = ["tests"], ["tests/v2"]
+    if side_by_side:  # balance the two: the fresh-interpreter modules beside tests/v2
+        either = [f"tests/{name}" for name in EITHER_SESSION_MODULES]
+        v1_paths += [f"--ignore={path}" for path in either]
+        v2_paths += either
     started, cpu_at_start, suite_cpu = time.monotonic(), _cpu_busy(), TreeCpu()
     sessions: list[Session] = []
     try:
         if side_by_side:
-            v2 = Session("Train V2 (tests/v2)", ["tests/v2"], v2_args, v2_env, live=False)
+            v2 = Session("Train V2 (tests/v2)", v2_paths, v2_args, v2_env, live=False)
             sessions.append(v2)
-            v1 = Session("Train V1 (tests/)", ["tests"], args, v1_env, live=True)
+            v1 = Session("Train V1 (tests/)", v1_paths, args, v1_env, live=True)
             sessions.append(v1)
             status_v1 = v1.wait()
             v1.print_output()
@@ -302,11 +316,16 @@ def main(args: list[str]) -> int:
                 f" ({machine_s:.0f} CPU-s: the suite's processes {own_s:.0f},"
                 f" the rest {max(machine_s - own_s, 0):.0f}; steal {steal_s:.0f})"
             )
+    v2_label = "tests/v2"
+    if side_by_side:
+        v2_label += (
+            f" (with {len(EITHER_SESSION_MODULES)} fresh-interpreter modules of tests/)"
+        )
     print(
-        f"== session times ({how}): tests/ {v1.seconds:.0f} s, tests/v2 {v2.seconds:.0f} s,"
+        f"== session times ({how}): tests/ {v1.seconds:.0f} s, {v2_label} {v2.seconds:.0f} s,"
         f" both {time.monotonic() - started:.0f} s{busy} =="
     )
-    print(f"== both sessions: tests/ {fmt(counts_v1)}; tests/v2 {fmt(counts_v2)} ==")
+    print(f"== both sessions: tests/ {fmt(counts_v1)}; {v2_label} {fmt(counts_v2)} ==")
     return 0 if status_v1 == 0 and status_v2 == 0 else 1
 
 

@@ -33,12 +33,18 @@ os.environ["PYTHONPATH"] = os.pathsep.join(
     p for p in [str(TESTS_DIR), str(REPO_ROOT), os.environ.get("PYTHONPATH", "")] if p
 )
 
+from rtt_testing import EITHER_SESSION_MODULES  # noqa: E402
+
 #: The Train stack this pytest session tests. Train V1 and Train V2 cannot share
 #: a process (Ray reads RAY_TRAIN_V2_ENABLED when ray.train is imported), so
 #: tests/v2 runs in a session of its own: scripts/pytest_sessions.py runs both.
+#: The modules of tests/ that run fresh interpreters (EITHER_SESSION_MODULES)
+#: can run in either; scripts/pytest_sessions.py puts them in the Train V2 one.
 TRAIN_STACK = os.environ.get("RAY_TT_EXT_TEST_TRAIN", "v1")
 if TRAIN_STACK == "v2":
-    collect_ignore = [p.name for p in TESTS_DIR.glob("test_*.py")]
+    collect_ignore = [
+        p.name for p in TESTS_DIR.glob("test_*.py") if p.name not in EITHER_SESSION_MODULES
+    ]
 else:
     collect_ignore = ["v2"]
 
@@ -159,7 +165,9 @@ def pytest_report_header(config):
     if TRAIN_STACK == "v2":
         return [
             "ray_tt_ext: the Train V2 session (tests/v2, RAY_TRAIN_V2_ENABLED unset); "
-            "tests/ (Train V1) runs in a session of its own: scripts/test runs both"
+            "tests/ (Train V1) runs in a session of its own: scripts/test runs both, "
+            "and runs the fresh-interpreter modules of tests/ here "
+            f"({', '.join(EITHER_SESSION_MODULES)})"
         ]
     return [
         "ray_tt_ext: the Train V1 session (tests/); tests/v2 (Train V2) runs in a "

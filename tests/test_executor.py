@@ -41,6 +41,7 @@ from ray_tt_ext import RemoteBackendExecutor, Tuner, _compat
 from ray_tt_ext._compat import BackendExecutor, InactiveWorkerGroupError
 from ray_tt_ext._executor import _scheduling_options
 from ray_tt_ext._executor_host import BackendExecutorHost, _HostedBackendExecutor
+from rtt_testing import assert_every_cpu_free
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -795,7 +796,9 @@ def test_a_shared_host_ends_the_session_of_a_coordinator_that_dies(
         assert ray.get(host.sessions.remote()) == 1
         assert len(alive_actors("RayTrainWorker")) == 1  # the doomed session's went
         assert ray.get(host.call.remote("other", "is_started", (), {})) is True
+        ray.get(host.close.remote("other"))  # as its coordinator would
     _assert_nothing_leaked()
+    assert_every_cpu_free()  # each executor's own placement group went with it
 
 
 def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, storage_path):

@@ -1,8 +1,9 @@
 """Train V1 enablement, import order and explicit V2, each in a fresh interpreter.
 
 The subject is the fresh interpreter's process state, not this one's: the module
-imports no ray_tt_ext name. The unit tests that need this session's own Train V1
-process are in ``test_train_v1_in_process.py``."""
+imports no ray_tt_ext name and runs in either pytest session (``scripts/test``
+runs it beside tests/v2: ``rtt_testing.EITHER_SESSION_MODULES``). The unit tests
+that need this process's Train V1 are in ``test_train_v1_in_process.py``."""
 
 from __future__ import annotations
 

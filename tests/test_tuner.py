@@ -540,6 +540,8 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
         manager.update_state()
     given_up = placement_group_ids() - before
     assert len(given_up) == 12
+    table = ray.util.placement_group_table()
+    assert {table[pg]["state"] for pg in given_up} == {"REMOVED"}
     assert removed_before_created(given_up) == []
     assert_every_cpu_free()
 

@@ -186,15 +186,25 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
         end of a fit): the placement groups not created yet, given up or still
         requested, get up to :data:`_GIVEN_UP_PATIENCE_S` to be created (a fit's
         end frees the CPUs they wait for), then all are removed; then Ray's."""
+        self._clear(_GIVEN_UP_PATIENCE_S)
+
+    def __del__(self) -> None:
+        """Overrides Ray's ``PlacementGroupResourceManager.__del__`` (wherever the
+        manager is collected): :meth:`clear` without the wait (Ray's removal at
+        once), which a garbage collection must not block on. A fit's end has
+        cleared it already."""
+        self._clear(0.0)
+
+    def _clear(self, patience_s: float) -> None:
         if ray.is_initialized():
             for request, staged in self._request_to_staged_pgs.items():
                 for _ in range(len(staged)):
                     self.cancel_resource_request(request)
-            if self._given_up:
+            if self._given_up and patience_s > 0:
                 ray.wait(
                     list(self._given_up),
                     num_returns=len(self._given_up),
-                    timeout=_GIVEN_UP_PATIENCE_S,
+                    timeout=patience_s,
                 )
             for future, pg in self._given_up.items():
                 ray.cancel(future)

@@ -64,6 +64,7 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.air.execution.resources.placement_group:PlacementGroupResourceManager.get_resource_futures", "ray_tt_ext._compat.core:_PlacementGroupsRemovedOnceCreated.get_resource_futures", "extends", "driver / Ray Client Tuner actor (Tune's loop)"),
     RayOverride("ray.air.execution.resources.placement_group:PlacementGroupResourceManager.update_state", "ray_tt_ext._compat.core:_PlacementGroupsRemovedOnceCreated.update_state", "extends", "driver / Ray Client Tuner actor (Tune's loop)"),
     RayOverride("ray.air.execution.resources.placement_group:PlacementGroupResourceManager.clear", "ray_tt_ext._compat.core:_PlacementGroupsRemovedOnceCreated.clear", "extends", "driver / Ray Client Tuner actor (Tune's loop, a fit's end)"),
+    RayOverride("ray.air.execution.resources.placement_group:PlacementGroupResourceManager.__del__", "ray_tt_ext._compat.core:_PlacementGroupsRemovedOnceCreated.__del__", "overrides", "wherever the manager is collected (driver / Ray Client Tuner actor)"),
     RayOverride("ray.tune.tune:TuneController", "ray_tt_ext._compat.core:tune_controller_fixed", "patches", "driver / Ray Client Tuner actor (the class tune.run makes its controller with; Ray's behaviour outside a ray_tt_ext fit)"),
     RayOverride(f"{_TUNER_INTERNAL}.fit", "ray_tt_ext._tuner:_ClientTunerInternal.fit", "extends", "Ray Client Tuner actor"),
     RayOverride(f"{_TUNER_INTERNAL}.get_results", "ray_tt_ext._tuner:_ClientTunerInternal.get_results", "extends", "Ray Client Tuner actor"),

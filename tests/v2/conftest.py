@@ -2,8 +2,9 @@
 
 Runs in a pytest session of its own (``RAY_TT_EXT_TEST_TRAIN=v2``, see
 ``tests/conftest.py``; ``scripts/pytest_sessions.py`` runs both), with
-``RAY_TRAIN_V2_ENABLED`` unset as users have it. On Ray < 2.51 every test is
-skipped, and counted.
+``RAY_TRAIN_V2_ENABLED`` unset as users have it. On Ray < 2.51 every test of
+tests/v2 is skipped, and counted (the fresh-interpreter modules of tests/ that
+``scripts/test`` also runs in this session still run).
 """
 
 from __future__ import annotations
@@ -33,5 +34,6 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(
         reason=f"ray_tt_ext.v2 needs Ray >= 2.51, not {_compat.RAY_VERSION}"
     )
-    for item in items:
-        item.add_marker(skip)
+    for item in items:  # not the fresh-interpreter modules of tests/ this session also runs
+        if V2_TESTS_DIR in Path(item.path).parents:
+            item.add_marker(skip)

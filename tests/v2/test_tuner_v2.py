@@ -579,6 +579,9 @@ def test_rays_pattern_stopped_while_its_workers_wait_leaves_no_placement_group(
         if pg_id not in before and len(pg["bundles"]) == 4
     ]
     assert len(runs) == 1 and runs[0]["state"] == "REMOVED", runs  # the run's own
+    # Not removed while the GCS created it (once its trial's CPU came back): the
+    # sweep waited for it to be created (ray-project/ray#64693).
+    assert removed_before_created({runs[0]["placement_group_id"]}) == [], runs
     left = [pg for pg in placement_group_table().values() if pg["state"] != "REMOVED"]
     assert not left, left
     assert_every_cpu_free()
