@@ -117,8 +117,8 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     left for a later pass: removed under it, that controller would start again
     with a new group). Without it such a
     group holds its CPUs for the rest of the job: the next fit's trials wait
-    for them forever. A group the GCS has not created yet is removed only at
-    the end of a fit, once created or once the wait is over (:func:`_created`).
+    for them forever. A group the GCS has not created yet is left until it is
+    created or, at the end of a fit, until the wait is over (:func:`_created`).
     A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
     the driver (or the Ray Client Tuner actor)."""
 
@@ -151,16 +151,27 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
                 groups, dying = _compat.dead_train_controllers_placement_groups(
                     job, count_dying=wait_s > 0
                 )
+                pending = [g for g in groups if not _created(g)]
+                out_of_time = time.monotonic() >= deadline
+                if out_of_time and wait_s > 0:  # the not created first (see _created)
+                    groups = pending + [g for g in groups if g not in pending]
+                else:  # a pending one is left for a later pass
+                    groups = [g for g in groups if g not in pending]
                 for group in groups:
-                    created = _created(group, deadline - time.monotonic())
-                    if not created and not (wait_s > 0 and time.monotonic() >= deadline):
-                        continue  # pending during a fit: left for a later pass
                     try:
                         ray.util.remove_placement_group(group)
                         removed += 1
                     except Exception:  # removed meanwhile
                         logger.debug("removing %s", group.id, exc_info=True)
-                if last_pass or time.monotonic() >= deadline:
+                if pending and wait_s > 0 and not out_of_time:
+                    # The end of a fit: the next pass removes those created by then.
+                    ray.wait(
+                        [g.ready() for g in pending],
+                        num_returns=len(pending),
+                        timeout=max(min(deadline - time.monotonic(), 1.0), 0.0),
+                    )
+                    continue
+                if last_pass or out_of_time:
                     if dying and wait_s > 0:
                         logger.warning(
                             "ray_tt_ext: %d Train controller(s) of Ray's pattern in "
@@ -186,19 +197,18 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
             return 0
 
 
-def _created(group: Any, wait_s: float) -> bool:
-    """Whether the GCS created ``group`` (or it is gone), waiting up to ``wait_s``
-    for it. A placement group removed while the GCS creates it can keep a
-    raylet's CPUs for good (ray-project/ray#64693; docs/guide.md, "No placement
-    group removed while Ray creates it"), so the sweep removes a pending one
-    only at the end of a fit, once the sweep's wait is over (driver)."""
+def _created(group: Any) -> bool:
+    """Whether the GCS has created ``group`` (or it is gone). A placement group
+    removed while the GCS creates it can keep a raylet's CPUs for good
+    (ray-project/ray#64693; docs/guide.md, "No placement group removed while Ray
+    creates it"), so the sweep leaves a pending one until it is created (a later
+    pass removes it then) or, at a fit's end, until the sweep's wait is over;
+    then it goes before any created one frees the CPUs it waits for (driver)."""
     try:
         state = ray.util.placement_group_table(group).get("state")
     except Exception:
         return True  # the GCS cannot say: Ray's removal decides
-    if state != "PENDING" and state != "PREPARED" and state != "RESCHEDULING":
-        return True
-    return wait_s > 0 and group.wait(timeout_seconds=wait_s)
+    return state not in ("PENDING", "PREPARED", "RESCHEDULING")
 
 
 def _fit_callbacks() -> list[Any]:

@@ -527,6 +527,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
         assert_every_cpu_free,
         placement_group_ids,
         removed_before_created,
+        wait_until,
     )
 
     manager = core._PlacementGroupsRemovedOnceCreated()
@@ -536,7 +537,8 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
         manager.request_resources(one_cpu)
         manager.cancel_resource_request(one_cpu)
     while manager.get_resource_futures():  # Tune's loop: RayActorManager.next
-        ray.wait(manager.get_resource_futures(), num_returns=1)
+        created, _ = ray.wait(manager.get_resource_futures(), num_returns=1, timeout=30)
+        assert created, "no placement group given up was created in 30 s"
         manager.update_state()
     given_up = placement_group_ids() - before
     assert len(given_up) == 12
@@ -545,8 +547,32 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
     assert removed_before_created(given_up) == []
     assert_every_cpu_free()
 
+    # A request with a created placement group and a staged one: the created one
+    # goes (safe at once), the staged one stays for the request.
+    before = placement_group_ids()
+    manager.request_resources(one_cpu)
+    assert ray.wait(manager.get_resource_futures(), timeout=30)[0]
+    manager.update_state()
+    assert manager.has_resources_ready(one_cpu)
+    (first,) = placement_group_ids() - before
+    manager.request_resources(one_cpu)
+    manager.cancel_resource_request(one_cpu)
+    assert manager._given_up == {}  # the staged one is still the request's
+    wait_until(
+        lambda: ray.util.placement_group_table()[first]["state"] == "REMOVED",
+        "the created placement group removed",
+    )
+    manager.cancel_resource_request(one_cpu)
+    while manager.get_resource_futures():
+        assert ray.wait(manager.get_resource_futures(), timeout=30)[0]
+        manager.update_state()
+    both = placement_group_ids() - before
+    table = ray.util.placement_group_table()
+    assert len(both) == 2 and {table[pg]["state"] for pg in both} == {"REMOVED"}
+    assert removed_before_created(both) == []
+
     # The end of a fit: two requests still pending, one that no node can hold.
-    monkeypatch.setattr(core, "_GIVEN_UP_PATIENCE_S", 1.0)
+    monkeypatch.setattr(core, "_GIVEN_UP_PATIENCE_S", 3.0)
     before = placement_group_ids()
     for request in (one_cpu, one_cpu, ResourceRequest([{"CPU": 64}])):
         manager.request_resources(request)
