@@ -571,15 +571,20 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
     assert len(both) == 2 and {table[pg]["state"] for pg in both} == {"REMOVED"}
     assert removed_before_created(both) == []
 
-    # The end of a fit: two requests still pending, one that no node can hold.
+    # The end of a fit: a created one no trial took, two requests still pending,
+    # one that no node can hold.
     monkeypatch.setattr(core, "_GIVEN_UP_PATIENCE_S", 3.0)
     before = placement_group_ids()
+    manager.request_resources(one_cpu)
+    assert ray.wait(manager.get_resource_futures(), timeout=30)[0]
+    manager.update_state()
+    assert manager.has_resources_ready(one_cpu)
     for request in (one_cpu, one_cpu, ResourceRequest([{"CPU": 64}])):
         manager.request_resources(request)
     manager.clear()
     pending = placement_group_ids() - before
     table = ray.util.placement_group_table()
-    assert {table[pg]["state"] for pg in pending} == {"REMOVED"}
+    assert len(pending) == 4 and {table[pg]["state"] for pg in pending} == {"REMOVED"}
     never = removed_before_created(pending)
     assert [table[pg]["bundles"][0]["CPU"] for pg in never] == [64.0]
     assert manager.get_resource_futures() == []

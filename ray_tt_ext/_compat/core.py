@@ -167,7 +167,10 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
             return
         if not self._request_to_staged_pgs[resource_request]:
             return super().cancel_resource_request(resource_request)  # Ray's error
-        pg = self._request_to_staged_pgs[resource_request].pop()
+        self._give_up(self._request_to_staged_pgs[resource_request].pop())
+
+    def _give_up(self, pg: Any) -> None:
+        """Forget a staged placement group as Ray's cancel does; removed once created."""
         future = self._pg_to_staging_future.pop(pg)
         self._staging_future_to_pg.pop(future)
         self._pg_to_request.pop(pg)
@@ -205,20 +208,18 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
         self._clear(0.0)
 
     def _clear(self, patience_s: float) -> None:
-        """:meth:`clear`: the created placement groups not acquired go first (their
-        CPUs may be what the others wait for); those given up or still requested
-        are removed one by one as the GCS creates them, for up to ``patience_s``;
-        then those still not created, before any created one frees CPUs for
-        them; then Ray's ``clear`` (the acquired ones)."""
+        """:meth:`clear`. With ``patience_s``: the created placement groups no trial
+        took go first (Tune has removed the acquired ones already, at the end of
+        a fit); those given up or still requested are removed one by one as the
+        GCS creates them, for up to ``patience_s``; those still not created
+        then. Without it (``__del__``): the ones not created, then the created
+        ones (freeing CPUs after, not before). Then Ray's ``clear``."""
         if ray.is_initialized():
-            for ready in self._request_to_ready_pgs.values():
-                while ready:
-                    pg = ready.pop()
-                    self._pg_to_request.pop(pg, None)
-                    ray.util.remove_placement_group(pg)
-            for request, staged in self._request_to_staged_pgs.items():
-                for _ in range(len(staged)):
-                    self.cancel_resource_request(request)
+            if patience_s > 0:
+                self._remove_ready()
+            for staged in self._request_to_staged_pgs.values():
+                while staged:
+                    self._give_up(staged.pop())
             deadline = time.monotonic() + patience_s
             while self._given_up and time.monotonic() < deadline:
                 created, _ = ray.wait(
@@ -232,7 +233,16 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
                 ray.cancel(future)
                 ray.util.remove_placement_group(pg)
             self._given_up.clear()
+            self._remove_ready()
         super().clear()
+
+    def _remove_ready(self) -> None:
+        """Remove the created placement groups that no trial took."""
+        for ready in self._request_to_ready_pgs.values():
+            while ready:
+                pg = ready.pop()
+                self._pg_to_request.pop(pg, None)
+                ray.util.remove_placement_group(pg)
 
 
 # -- Tune's controller: a pause while saving left a STOP (driver) -----------------
