@@ -151,13 +151,12 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
                 groups, dying = _compat.dead_train_controllers_placement_groups(
                     job, count_dying=wait_s > 0
                 )
-                pending = [g for g in groups if not _created(g)]
+                created = [g for g in groups if _created(g)]
+                pending = [g for g in groups if g not in created]
                 out_of_time = time.monotonic() >= deadline
-                if out_of_time and wait_s > 0:  # the not created first (see _created)
-                    groups = pending + [g for g in groups if g not in pending]
-                else:  # a pending one is left for a later pass
-                    groups = [g for g in groups if g not in pending]
-                for group in groups:
+                # A pending one is left for a later pass, or goes first at the end.
+                final = out_of_time and wait_s > 0
+                for group in pending + created if final else created:
                     try:
                         ray.util.remove_placement_group(group)
                         removed += 1

@@ -532,14 +532,21 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
 
     manager = core._PlacementGroupsRemovedOnceCreated()
     one_cpu = ResourceRequest([{"CPU": 1}])
+
+    def next_resource_event() -> None:  # Tune's loop: RayActorManager.next
+        created, _ = ray.wait(manager.get_resource_futures(), num_returns=1, timeout=30)
+        assert created, "no placement group was created in 30 s"
+        manager.update_state()
+
+    def drain() -> None:
+        while manager.get_resource_futures():
+            next_resource_event()
+
     before = placement_group_ids()
     for _ in range(12):
         manager.request_resources(one_cpu)
         manager.cancel_resource_request(one_cpu)
-    while manager.get_resource_futures():  # Tune's loop: RayActorManager.next
-        created, _ = ray.wait(manager.get_resource_futures(), num_returns=1, timeout=30)
-        assert created, "no placement group given up was created in 30 s"
-        manager.update_state()
+    drain()
     given_up = placement_group_ids() - before
     assert len(given_up) == 12
     table = ray.util.placement_group_table()
@@ -551,8 +558,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
     # goes (safe at once), the staged one stays for the request.
     before = placement_group_ids()
     manager.request_resources(one_cpu)
-    assert ray.wait(manager.get_resource_futures(), timeout=30)[0]
-    manager.update_state()
+    next_resource_event()
     assert manager.has_resources_ready(one_cpu)
     (first,) = placement_group_ids() - before
     manager.request_resources(one_cpu)
@@ -563,9 +569,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
         "the created placement group removed",
     )
     manager.cancel_resource_request(one_cpu)
-    while manager.get_resource_futures():
-        assert ray.wait(manager.get_resource_futures(), timeout=30)[0]
-        manager.update_state()
+    drain()
     both = placement_group_ids() - before
     table = ray.util.placement_group_table()
     assert len(both) == 2 and {table[pg]["state"] for pg in both} == {"REMOVED"}
@@ -576,8 +580,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
     monkeypatch.setattr(core, "_GIVEN_UP_PATIENCE_S", 3.0)
     before = placement_group_ids()
     manager.request_resources(one_cpu)
-    assert ray.wait(manager.get_resource_futures(), timeout=30)[0]
-    manager.update_state()
+    next_resource_event()
     assert manager.has_resources_ready(one_cpu)
     for request in (one_cpu, one_cpu, ResourceRequest([{"CPU": 64}])):
         manager.request_resources(request)

@@ -161,10 +161,7 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
         staged one stays for a later acquisition. Otherwise the staged one is
         forgotten as Ray's does, and removed once created (:meth:`update_state`)."""
         if self._request_to_ready_pgs[resource_request]:
-            pg = self._request_to_ready_pgs[resource_request].pop()
-            self._pg_to_request.pop(pg)
-            ray.util.remove_placement_group(pg)
-            return
+            return self._remove_ready(self._request_to_ready_pgs[resource_request])
         if not self._request_to_staged_pgs[resource_request]:
             return super().cancel_resource_request(resource_request)  # Ray's error
         self._give_up(self._request_to_staged_pgs[resource_request].pop())
@@ -187,11 +184,7 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
         the placement groups given up that are created now are removed."""
         super().update_state()
         if self._given_up:
-            created, _ = ray.wait(
-                list(self._given_up), num_returns=len(self._given_up), timeout=0
-            )
-            for future in created:
-                ray.util.remove_placement_group(self._given_up.pop(future))
+            self._remove_created(len(self._given_up), timeout=0)
 
     def clear(self) -> None:
         """Extends Ray's ``PlacementGroupResourceManager.clear`` (Tune's loop, at the
@@ -216,33 +209,39 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
         ones (freeing CPUs after, not before). Then Ray's ``clear``."""
         if ray.is_initialized():
             if patience_s > 0:
-                self._remove_ready()
+                self._remove_all_ready()
             for staged in self._request_to_staged_pgs.values():
                 while staged:
                     self._give_up(staged.pop())
             deadline = time.monotonic() + patience_s
             while self._given_up and time.monotonic() < deadline:
-                created, _ = ray.wait(
-                    list(self._given_up),
-                    num_returns=1,
-                    timeout=max(deadline - time.monotonic(), 0.0),
-                )
-                for future in created:
-                    ray.util.remove_placement_group(self._given_up.pop(future))
+                self._remove_created(1, timeout=max(deadline - time.monotonic(), 0.0))
             for future, pg in self._given_up.items():
                 ray.cancel(future)
                 ray.util.remove_placement_group(pg)
             self._given_up.clear()
-            self._remove_ready()
+            self._remove_all_ready()
         super().clear()
 
-    def _remove_ready(self) -> None:
-        """Remove the created placement groups that no trial took."""
+    def _remove_created(self, num_returns: int, timeout: float) -> None:
+        """Remove the placement groups given up that are created, waiting up to
+        ``timeout`` for ``num_returns`` of them."""
+        created, _ = ray.wait(
+            list(self._given_up), num_returns=num_returns, timeout=timeout
+        )
+        for future in created:
+            ray.util.remove_placement_group(self._given_up.pop(future))
+
+    def _remove_ready(self, ready: set) -> None:
+        """Remove one of ``ready``, a request's created placement groups no trial took."""
+        pg = ready.pop()
+        self._pg_to_request.pop(pg)
+        ray.util.remove_placement_group(pg)
+
+    def _remove_all_ready(self) -> None:
         for ready in self._request_to_ready_pgs.values():
             while ready:
-                pg = ready.pop()
-                self._pg_to_request.pop(pg, None)
-                ray.util.remove_placement_group(pg)
+                self._remove_ready(ready)
 
 
 # -- Tune's controller: a pause while saving left a STOP (driver) -----------------
