@@ -137,14 +137,24 @@ def _results_report(ctx: Context) -> list[str]:
     return lines or ["no trial folder yet"]
 
 
+#: How long after the watchdog's turn ``faulthandler``'s C thread writes the stacks
+#: itself, in case the watchdog cannot run (seconds).
+STACKS_FALLBACK_S = 2.0
+
+
 def _watchdog(ctx: Context, delay_s: float, done: threading.Event) -> None:
     """After ``delay_s``, a run not done says where it stands in
     ``<out>/<name>.diagnosis.txt``: its results first (no Ray needed), then
     Ray's view, waited for at most :data:`CLUSTER_REPORT_TIMEOUT_S` (a stuck
-    cluster may not answer). A thread of the scenario's driver; the driver's
-    thread stacks come from ``faulthandler`` (see :func:`main`)."""
+    cluster may not answer). A thread of the scenario's driver. It writes the
+    driver's thread stacks first, holding the interpreter (``faulthandler``
+    walks each thread's frames; from its own C thread, as a running Python
+    thread changes them, it crashed the driver with SIGSEGV once), and calls off
+    :func:`main`'s C fallback, which fires only if this thread cannot run."""
     if done.wait(delay_s):
         return
+    faulthandler.dump_traceback(all_threads=True)
+    faulthandler.cancel_dump_traceback_later()
     path = ctx.out_dir / f"{ctx.name}.diagnosis.txt"
     lines = [f"at {time.strftime('%H:%M:%S')}:", *_results_report(ctx)]
     path.write_text("\n".join(lines) + "\n")
@@ -200,8 +210,9 @@ def main(run: Callable[[Context], dict[str, Any]]) -> int:
     watchdog = None
     if args.diagnose_at is not None:
         delay = max(args.diagnose_at - time.time(), 0.0)
-        # The stacks from C, whatever holds the interpreter or Ray.
-        faulthandler.dump_traceback_later(delay)
+        # The stacks from C if the watchdog cannot run (the interpreter held),
+        # a moment after it would have written them itself.
+        faulthandler.dump_traceback_later(delay + STACKS_FALLBACK_S)
         watchdog = threading.Thread(target=_watchdog, args=(ctx, delay, done), daemon=True)
         watchdog.start()
     try:
