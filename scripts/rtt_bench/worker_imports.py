@@ -7,9 +7,10 @@
    has loaded after one report with a checkpoint (as the ``v2_trials``
    section's trials): one of Ray's own Train V2 ``DataParallelTrainer``
    (Ray's V2 worker code; Ray Tune, which ``ray.train`` loads at a checkpoint
-   report; Ray's controller module, since the worker holds the controller
-   actor's handle and Ray loads an actor's class where its handle is
-   deserialized), and one under ``ray_tt_ext.v2.Tuner``.
+   report; Ray's controller module and what it imports, which the worker
+   loads when it unpickles the callbacks the controller hands it: they live
+   in ``ray.train.v2._internal.callbacks``, whose package imports the
+   controller), and one under ``ray_tt_ext.v2.Tuner``.
 2. A fresh interpreter imports the first worker's modules, then, one at a
    time, :data:`STEPS`, and prints the unique memory (USS: private clean and
    dirty pages, ``/proc/self/smaps_rollup``, the figure psutil reports as
