@@ -118,7 +118,10 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     with a new group). Without it such a
     group holds its CPUs for the rest of the job: the next fit's trials wait
     for them forever. A group the GCS has not created yet is left until it is
-    created or, at the end of a fit, until the wait is over (:func:`_created`).
+    created or, at the end of a fit, until the wait is over: removed while the
+    GCS creates it, it can keep a raylet's CPUs for good (ray-project/ray#64693;
+    docs/guide.md, "No placement group removed while Ray creates it"); then it
+    goes before any created one frees the CPUs it waits for.
     A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
     the driver (or the Ray Client Tuner actor)."""
 
@@ -148,11 +151,9 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
             deadline = time.monotonic() + wait_s
             removed, last_pass = 0, False
             while True:
-                groups, dying = _compat.dead_train_controllers_placement_groups(
+                created, pending, dying = _compat.dead_train_controllers_placement_groups(
                     job, count_dying=wait_s > 0
                 )
-                created = [g for g in groups if _created(g)]
-                pending = [g for g in groups if g not in created]
                 out_of_time = time.monotonic() >= deadline
                 # A pending one is left for a later pass, or goes first at the end.
                 final = out_of_time and wait_s > 0
@@ -194,20 +195,6 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
                 exc_info=True,
             )
             return 0
-
-
-def _created(group: Any) -> bool:
-    """Whether the GCS has created ``group`` (or it is gone). A placement group
-    removed while the GCS creates it can keep a raylet's CPUs for good
-    (ray-project/ray#64693; docs/guide.md, "No placement group removed while Ray
-    creates it"), so the sweep leaves a pending one until it is created (a later
-    pass removes it then) or, at a fit's end, until the sweep's wait is over;
-    then it goes before any created one frees the CPUs it waits for (driver)."""
-    try:
-        state = ray.util.placement_group_table(group).get("state")
-    except Exception:
-        return True  # the GCS cannot say: Ray's removal decides
-    return state not in ("PENDING", "PREPARED", "RESCHEDULING")
 
 
 def _fit_callbacks() -> list[Any]:

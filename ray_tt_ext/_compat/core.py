@@ -220,7 +220,7 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
                 ray.cancel(future)
                 ray.util.remove_placement_group(pg)
             self._given_up.clear()
-            self._remove_all_ready()
+            self._remove_all_ready()  # __del__'s; none is left after the first
         super().clear()
 
     def _remove_created(self, num_returns: int, timeout: float) -> None:
@@ -466,11 +466,12 @@ _DYING_WINDOW_S = 300.0
 
 def dead_train_controllers_placement_groups(
     job_id: str, count_dying: bool = False
-) -> tuple[list[Any], int]:
+) -> tuple[list[Any], list[Any], int]:
     """The placement groups that dead Train V2 controller actors (Ray's
     ``TrainController``) of the job ``job_id`` (hex) created, that are still
     there and whose controller's process has exited, as ``PlacementGroup``
-    handles; and how many of the job's controllers are on their way out: dead
+    handles: those the GCS has created, and those it has not yet (pending,
+    prepared or rescheduling, by the same read of its table); and how many of the job's controllers are on their way out: dead
     with their process still running (a group's creator, whose group is left
     for a later call; with ``count_dying``, every one that died in the last
     :data:`_DYING_WINDOW_S` too, since it may still make a group), and, with
@@ -554,11 +555,13 @@ def dead_train_controllers_placement_groups(
     def exited(controller: Any) -> bool:
         return (controller.address.node_id, controller.pid) not in running
 
-    found = [
-        PlacementGroup(ray.PlacementGroupID(data.placement_group_id))
-        for data, creator in candidates
-        if exited(creator)
-    ]
+    created: list[Any] = []
+    pending: list[Any] = []
+    for data, creator in candidates:
+        if exited(creator):
+            (created if data.state == groups.CREATED else pending).append(
+                PlacementGroup(ray.PlacementGroupID(data.placement_group_id))
+            )
     dying = len({d.actor_id for d in dead_controllers if not exited(d)})
     if count_dying:
         # A trial actor's controller not dead yet: fate-shares with it soon.
@@ -568,7 +571,7 @@ def dead_train_controllers_placement_groups(
             for d in controllers.values()
             if d.state != dead and d.owner_address.worker_id in actors_at
         )
-    return found, dying
+    return created, pending, dying
 
 
 #: A process counts as a dead actor's if it started at most this long after the

@@ -628,15 +628,16 @@ def test_a_dead_controllers_group_is_left_while_its_process_still_runs():
         ray.kill(controller)
         wait_until(lambda: actor_id not in alive_actor_ids("TrainController"), "DEAD")
         assert not process_gone()
-        found, dying = _compat.dead_train_controllers_placement_groups(
+        created, pending, dying = _compat.dead_train_controllers_placement_groups(
             job, count_dying=True
         )
-        assert group not in {g.id.hex() for g in found}
+        assert group not in {g.id.hex() for g in created + pending}
         assert dying >= 1
     finally:
         os.kill(pid, signal.SIGCONT)
     wait_until(process_gone, "the killed controller's process exits")
-    found, _ = _compat.dead_train_controllers_placement_groups(job)
+    created, pending, _ = _compat.dead_train_controllers_placement_groups(job)
+    found = created + pending
     assert group in {g.id.hex() for g in found}
     for g in found:
         ray.util.remove_placement_group(g)
