@@ -1,8 +1,10 @@
-"""Command line: ``python -m ray_tt_ext {inspect,demo}``.
+"""Command line: ``python -m ray_tt_ext {inspect,check-ray,demo}``.
 
 ``inspect MODULE:ATTR`` prints what ``ray.cloudpickle`` would make of an object
 (a trainable, a trainer, anything) and exits 1 when it is over the limit, so
-it can run in a user's own CI. ``demo`` runs a Tuner over a trainer holding a
+it can run in a user's own CI. ``check-ray`` lists every Ray attribute
+ray_tt_ext builds on that the installed Ray lacks, without starting Ray, and
+exits 1 when one is missing. ``demo`` runs a Tuner over a trainer holding a
 large array on a local Ray and tells what happened.
 """
 
@@ -100,6 +102,43 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
     return EXIT_OVER_LIMIT if over else EXIT_OK
 
 
+def _cmd_check_ray(args: argparse.Namespace) -> int:
+    from ray_tt_ext._compat import ray_check, versions
+
+    missing = ray_check.missing_ray_attributes()
+    by_part = {p: [m for m in missing if m.part == p] for p in ray_check.PARTS}
+    checked = {p: 0 for p in ray_check.PARTS}
+    for entry in ray_check.RAY_OVERRIDES:
+        if ray_check.applies(entry):
+            checked[ray_check.part_of(entry)] += 1
+    print(
+        f"ray=={versions.RAY_VERSION} (ray_tt_ext supports >={versions.MIN_RAY_VERSION},<{versions.MAX_RAY_VERSION})"
+    )
+    labels = {
+        ray_check.TUNE: "Ray Tune (both Tuners)",
+        ray_check.TRAIN_V1: "Ray Train V1 (ray_tt_ext.Tuner's trainers)",
+        ray_check.TRAIN_V2: "Ray Train V2 (ray_tt_ext.v2)",
+    }
+    for part, label in labels.items():
+        if part == ray_check.TRAIN_V2 and not checked[part]:
+            print(f"{label}: needs ray>=2.51 (not looked up)")
+            continue
+        found = checked[part] - len({m.entry.ray for m in by_part[part]})
+        print(
+            f"{label}: {'missing ' + str(len(by_part[part])) if by_part[part] else 'ok'}"
+            f" ({found} of the attributes looked up are there)"
+        )
+        for m in by_part[part]:
+            print(f"  - {m}")
+    if missing:
+        print(
+            "\nray_tt_ext refuses to start a Tuner on this Ray "
+            "(UnsupportedRayVersionError). Fix: install a supported release "
+            "(docs/compatibility.md)."
+        )
+    return EXIT_OVER_LIMIT if missing else EXIT_OK
+
+
 def _cmd_demo(args: argparse.Namespace) -> int:
     from ray_tt_ext._demo import run_demo
 
@@ -125,6 +164,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=10, help="contributors to list")
     p.add_argument("--json", action="store_true", help="print JSON")
     p.set_defaults(func=_cmd_inspect)
+    c = sub.add_parser(
+        "check-ray",
+        help="list the Ray attributes ray_tt_ext needs that the installed Ray lacks",
+        description="Does not start Ray. Exit status: 0 when Ray has them all, 1 "
+        "when one is missing.",
+    )
+    c.set_defaults(func=_cmd_check_ray)
     d = sub.add_parser("demo", help="run a Tuner over a trainer with a large array")
     d.add_argument("--size-mb", type=int, default=200, help="attached array size")
     d.add_argument("--storage-path", default=None, help="where results go (temp dir)")

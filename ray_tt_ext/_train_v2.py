@@ -226,8 +226,16 @@ class _RunFolder:
 def _recorded_checkpoint_names() -> set[str]:
     """Folder names of the checkpoints Ray recorded for this run (worker -> controller)."""
     context = _V2.get_train_context()
-    if _V2.CheckpointConsistencyMode is None:  # Ray without consistency modes
-        reported = context.get_all_reported_checkpoints()
+    if _V2.CheckpointConsistencyMode is None:
+        # Ray 2.51 .. 2.52: Ray's own call waits for the count of reports put in
+        # the result queue, which an ASYNC upload can pass meanwhile (then it
+        # waits for ever); the count of report() calls never runs ahead of the
+        # controller's, as on Ray 2.53+.
+        reported = ray.get(
+            context.controller_actor.get_all_reported_checkpoints.remote(
+                context.report_call_index
+            )
+        )
     else:
         reported = context.get_all_reported_checkpoints(
             consistency_mode=_V2.CheckpointConsistencyMode.COMMITTED
@@ -292,6 +300,14 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
         Runs on a training worker."""
         if checkpoint_dir_name is not None:
             validate_dir_name(checkpoint_dir_name)  # every rank, before any I/O
+        if kwargs.get("validate_fn") is not None and _committing_controller() is not None:
+            raise ValueError(
+                "ray.train.report(validate_fn=...) (Ray 2.51 .. 2.53) is not supported "
+                "under ray_tt_ext.v2.Tuner: Ray Train keeps checkpoints whose validation "
+                "is pending, which Tune's retention would delete. Nothing was reported. "
+                "Fix: validate inside the training loop and report the metric, or fit "
+                "the trainer outside a Tuner."
+            )
         mode = kwargs.get("checkpoint_upload_mode")
         context = _V2.get_train_context()
         rank0 = context.get_world_rank() == 0

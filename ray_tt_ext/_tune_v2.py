@@ -48,20 +48,14 @@ def _arguments() -> Any:
 
 _WARNED_NO_RELEASE: list[bool] = []
 
-#: The Ray release the kept workers were built and checked on (older Train V2
-#: releases start new workers for every trial).
-_KEEP_WORKERS_SINCE = (2, 60)
-
 
 def keep_workers_enabled() -> bool:
     """Whether a reused trial actor's next trial may run on its last run's
     workers (driver, or the Ray Client Tuner actor, where the Tuner converts
-    the trainer): on Ray 2.60+, unless ``RAY_TT_EXT_REUSE_WORKERS`` is ``0``,
-    ``false``, ``no`` or ``off``."""
+    the trainer): on every Train V2 release, unless ``RAY_TT_EXT_REUSE_WORKERS``
+    is ``0``, ``false``, ``no`` or ``off``."""
     value = os.environ.get(REUSE_WORKERS_ENV_VAR, "1").strip().lower()
-    if value in {"0", "false", "no", "off"}:
-        return False
-    return _compat.RAY_VERSION.release >= _KEEP_WORKERS_SINCE
+    return value not in {"0", "false", "no", "off"}
 
 
 def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
@@ -281,7 +275,7 @@ class Tuner(_V1Tuner):
         ``param_space`` is checked first, and Tune's ``RunConfig`` takes the
         trainer's storage and retention."""
         if _tuner_internal is None and _compat.is_train_v2_trainer(trainable):
-            _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
+            self._check_trainable(trainable)  # this Ray has what the bridge needs
             _bridge()  # Train V2 internals this Ray lacks: an error before anything runs
             arguments = _arguments()
             arguments.check_param_space(type(trainable), param_space)
@@ -314,8 +308,10 @@ class Tuner(_V1Tuner):
 
     @classmethod
     def _check_trainable(cls, trainable: Any) -> None:
-        """Extends ``ray_tt_ext.Tuner._check_trainable``: Train V2 only (driver or client)."""
+        """Extends ``ray_tt_ext.Tuner._check_trainable``: Train V2 only, on a Ray
+        with every attribute ``ray_tt_ext.v2`` builds on (driver or client)."""
         _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
+        _compat.check_ray_attributes("ray_tt_ext.v2.Tuner", "v2")
         if isinstance(trainable, _compat.BaseTrainer):
             raise TypeError(
                 f"`{type(trainable).__name__}` is a Ray Train V1 trainer; "

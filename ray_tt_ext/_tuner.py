@@ -518,7 +518,12 @@ class Tuner(ray.tune.Tuner):
 
     @classmethod
     def _check_trainable(cls, trainable: Any) -> None:
-        """Refuse what this Tuner cannot run, with the fix (driver or client)."""
+        """Refuse what this Tuner cannot run, with the fix (driver or client): a
+        Train V2 trainer, or a Ray that lacks an attribute this Tuner builds on
+        (``UnsupportedRayVersionError`` naming each, before anything starts)."""
+        _compat.check_ray_attributes(
+            "ray_tt_ext.Tuner", "v1" if isinstance(trainable, BaseTrainer) else None
+        )
         if _compat.is_train_v2_trainer(trainable):
             raise TypeError(
                 f"`{type(trainable).__name__}` is a Ray Train V2 trainer, which "

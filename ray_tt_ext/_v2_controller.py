@@ -32,6 +32,7 @@ import concurrent.futures
 import dataclasses
 import inspect
 import itertools
+import json
 import logging
 import os
 import threading
@@ -53,13 +54,94 @@ from ray_tt_ext._train_v2 import (
 logger = logging.getLogger("ray_tt_ext")
 
 
-class _TunePlacementGroupHandle(_V2.DefaultPlacementGroupHandle):
+class _TunePlacementGroupHandle(_V2.DefaultPlacementGroupHandle or object):  # type: ignore[misc]
     """The trial's placement group as the worker group's: Tune owns it, so
-    shutting the worker group down leaves it (Tune removes it with the trial)."""
+    shutting the worker group down leaves it (Tune removes it with the trial).
+    Ray 2.54+; before, see :func:`_keep_trial_placement_groups_in_train`."""
 
     def shutdown(self) -> None:
         """Overrides Ray Train V2's ``DefaultPlacementGroupHandle.shutdown``; runs on
         the controller's event loop (trial actor). Tune removes the trial's placement group itself."""
+
+
+#: The ids of the trials' placement groups this process handed to Ray Train's
+#: worker groups (Ray 2.51 .. 2.53: :func:`_keep_trial_placement_groups_in_train`).
+_TRIAL_PLACEMENT_GROUPS: set = set()
+
+
+class _TrialPlacementGroupFactory:
+    """Stands for Ray Train V2's ``worker_group.placement_group`` in a trial's
+    controller (Ray 2.51 .. 2.53, whose ``WorkerGroup._start_impl`` calls it
+    itself: there is no ``_create_placement_group`` to override). In a
+    :class:`TrialController`'s process, a worker group whose bundles are the
+    trial's (one per worker) gets the trial's placement group; anything else,
+    Ray's."""
+
+    def __init__(self, rays: Callable[..., Any]):
+        self._rays = rays
+
+    def __call__(self, bundles: list, *args: Any, **kwargs: Any) -> Any:
+        controller = _this_processes_controller()
+        pg = controller.worker_group_cls.trial_placement_group if controller else None
+        if pg is not None and len(pg.bundle_specs) == len(bundles):
+            _TRIAL_PLACEMENT_GROUPS.add(pg.id)
+            return pg
+        return self._rays(bundles, *args, **kwargs)
+
+
+class _TrialPlacementGroupLeft:
+    """Stands for Ray Train V2's ``worker_group.remove_placement_group`` and
+    ``state._shutdown_placement_group`` in a trial's controller (Ray 2.51 ..
+    2.53): the trial's placement group is left to Tune (which removes it with
+    the trial); any other is removed as Ray does."""
+
+    def __init__(self, rays: Callable[[Any], Any]):
+        self._rays = rays
+
+    def __call__(self, placement_group: Any) -> Any:
+        if placement_group is not None and placement_group.id in _TRIAL_PLACEMENT_GROUPS:
+            return None
+        return self._rays(placement_group)
+
+
+def _keep_trial_placement_groups_in_train() -> None:
+    """Patches Ray Train V2's ``worker_group.placement_group`` and
+    ``remove_placement_group`` and ``state._shutdown_placement_group`` in this
+    process (the trial actor of a ``ray_tt_ext.v2.Tuner`` trial), once, on Ray
+    2.51 .. 2.53, whose ``WorkerGroup`` has no ``_create_placement_group`` and
+    no placement group handle: the worker group of this process's
+    :class:`TrialController` starts in the trial's placement group, and never
+    removes it (:class:`_TrialPlacementGroupFactory`,
+    :class:`_TrialPlacementGroupLeft`). Ray 2.54+ needs none of it
+    (:meth:`TrialWorkerGroup._create_placement_group`)."""
+    if _V2.DefaultPlacementGroupHandle is not None:
+        return
+    module = _V2.worker_group_module
+    if not isinstance(module.placement_group, _TrialPlacementGroupFactory):
+        module.placement_group = _TrialPlacementGroupFactory(module.placement_group)
+    if not isinstance(module.remove_placement_group, _TrialPlacementGroupLeft):
+        module.remove_placement_group = _TrialPlacementGroupLeft(
+            module.remove_placement_group
+        )
+    state = _V2.worker_group_state_module
+    if not isinstance(state._shutdown_placement_group, _TrialPlacementGroupLeft):
+        state._shutdown_placement_group = _TrialPlacementGroupLeft(
+            state._shutdown_placement_group
+        )
+
+
+def _trial_placement_group_of(state: Any) -> Any:
+    """The trial's placement group, if the worker group whose state this is runs in
+    it (Ray 2.54+: its handle; before, its ``placement_group``); else ``None``."""
+    handle = getattr(state, "placement_group_handle", None)
+    if handle is not None:
+        return (
+            handle.placement_group
+            if isinstance(handle, _TunePlacementGroupHandle)
+            else None
+        )
+    pg = getattr(state, "placement_group", None)
+    return pg if pg is not None and pg.id in _TRIAL_PLACEMENT_GROUPS else None
 
 
 class TrialWorkerGroup(_V2.WorkerGroup):
@@ -203,7 +285,11 @@ class _KeepingState(_V2.WorkerGroupState):
         else:
             self.keep(workers)
         _V2.worker_group_state_module._shutdown_sync_actor(self.sync_actor)
-        self.placement_group_handle.shutdown()
+        handle = getattr(self, "placement_group_handle", None)
+        if handle is not None:  # Ray 2.54+
+            handle.shutdown()
+        else:  # Ray 2.51 .. 2.53: the trial's is left (_TrialPlacementGroupLeft)
+            _V2.worker_group_state_module._shutdown_placement_group(self.placement_group)
 
 
 #: The torch process group backend whose group kept workers keep from one run to
@@ -251,7 +337,7 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
             return
         if any(state is not None for state in held):
             execution_group.execute(release_process_group)
-        super().after_execution_group_start(execution_group)
+        _rays_backend_setup(self, "start", execution_group)
 
     def before_execution_group_shutdown(self, execution_group: Any) -> None:
         """Overrides Ray Train V2's ``BackendSetupCallback.before_execution_group_shutdown``;
@@ -269,7 +355,7 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
         Ray's ``on_shutdown``."""
         state = getattr(execution_group, "_worker_group_state", None)
         if not (isinstance(state, _KeepingState) and state.keep_process_group):
-            return super().before_execution_group_shutdown(execution_group)
+            return _rays_backend_setup(self, "shutdown", execution_group)
 
         def on_workers(fn: Callable, **kwargs: Any) -> list:
             return ray.get(
@@ -290,6 +376,30 @@ class _TorchSetupKeepingItsGroup(_V2.BackendSetupCallback):
             logger.debug("Kept workers' process group failed its check", exc_info=True)
             # _KeepingState.shutdown kills them and keeps none (a hung rank too)
             execution_group._worker_group_state = dataclasses.replace(state, keep=None)
+
+
+#: Ray's ``BackendSetupCallback`` hooks by what they do: Ray 2.56+ names them
+#: for the execution group (a worker group calls them for itself, or for each
+#: replica group), older releases for the worker group.
+_BACKEND_SETUP_HOOKS = (
+    {"start": "after_execution_group_start", "shutdown": "before_execution_group_shutdown"}
+    if _V2.EXECUTION_GROUP_HOOKS
+    else {"start": "after_worker_group_start", "shutdown": "before_worker_group_shutdown"}
+)
+
+
+def _rays_backend_setup(callback: Any, hook: str, group: Any) -> None:
+    """Ray's ``BackendSetupCallback`` hook (``"start"`` or ``"shutdown"``) on ``group``."""
+    getattr(_V2.BackendSetupCallback, _BACKEND_SETUP_HOOKS[hook])(callback, group)
+
+
+if not _V2.EXECUTION_GROUP_HOOKS:  # Ray 2.51 .. 2.55: Ray calls the worker group's hooks
+    _TorchSetupKeepingItsGroup.after_worker_group_start = (  # type: ignore[method-assign]
+        _TorchSetupKeepingItsGroup.after_execution_group_start
+    )
+    _TorchSetupKeepingItsGroup.before_worker_group_shutdown = (  # type: ignore[method-assign]
+        _TorchSetupKeepingItsGroup.before_execution_group_shutdown
+    )
 
 
 def _settings(config: Any) -> str:
@@ -479,6 +589,28 @@ def _keep_barriers_in_the_controller() -> None:
         state._shutdown_sync_actor = _BarrierShutdown(state._shutdown_sync_actor)
 
 
+def _ends_cleanly(state: Any) -> bool:
+    """Whether the run's state says that it ends because training finished (no
+    error, no retry, no abort): Ray 2.52+'s ``ShuttingDownState`` whose next state
+    is ``FinishedState``; on Ray 2.51 (no ``ShuttingDownState``: a run goes to
+    ``FinishedState`` at once, and its worker group is shut down after the
+    loop), ``FinishedState``."""
+    if _V2.ShuttingDownState is None:
+        return isinstance(state, _V2.FinishedState)
+    return isinstance(state, _V2.ShuttingDownState) and isinstance(
+        state.next_state, _V2.FinishedState
+    )
+
+
+#: ray_tt_ext's entry of a run's checkpoint manager snapshot on Ray < 2.54: the
+#: run's report index of each checkpoint listed (``TrialController._replay``).
+_REPORT_ORDER_KEY = "ray_tt_ext_report_indices"
+
+
+def _path(checkpoint: Any) -> str:
+    return checkpoint.path.rstrip("/")
+
+
 #: Between polls of a worker group whose training function has ended (seconds).
 _FINISHING_POLL_S = 0.05
 #: How many such quick polls before the controller's usual interval again.
@@ -540,6 +672,13 @@ class TrialController(_V2.TrainController):
         self._taken_index = -1  # the report index of the last report Tune took
         self._tasks: set = set()  # strong references to the notifying tasks
         self._pending: collections.deque = collections.deque()
+        #: The report index of the last report handed to the trial, and (Ray <
+        #: 2.54, whose worker groups number their reports from 1 each) what this
+        #: run's current worker group adds to its numbers (_start_worker_group).
+        self._last_index = 0
+        self._index_base = 0
+        #: Ray < 2.54: the run's report index of each checkpoint it recorded.
+        self._recorded_order: dict[str, int] = {}
         self._ended = False
         self._aborting = False  # abort() cancels the run's loop
         self._quick_polls = 0
@@ -553,11 +692,14 @@ class TrialController(_V2.TrainController):
         self._actor_id = ray.get_runtime_context().get_actor_id()
         _THIS_PROCESS["controller"] = self  # the actor's process serves this run alone
         _keep_barriers_in_the_controller()
+        _keep_trial_placement_groups_in_train()
         super().__init__(**kwargs)
         self._worker_group_callbacks_to_propagate = [
             self._in_this_controller(callback)
             for callback in self._worker_group_callbacks_to_propagate
         ]
+        if not _V2.RUN_WIDE_REPORT_INDEX:
+            self._keep_report_order_in_snapshot()
         if replay_after is not None:
             self._replay(replay_after)
 
@@ -573,7 +715,7 @@ class TrialController(_V2.TrainController):
             self._keep_workers
             and type(callback) is _V2.BackendSetupCallback
             and type(self._train_run_context.backend_config) is _V2.torch_config_class()
-        ):  # keep_workers: Ray 2.60+, whose callback has the execution-group hooks
+        ):
             return _TorchSetupKeepingItsGroup(self._train_run_context.backend_config)
         return callback
 
@@ -613,34 +755,41 @@ class TrialController(_V2.TrainController):
         its workers alive for the next run; any other group is shut down as
         Ray does, its workers killed."""
         group = self._worker_group
-        state = self.get_state()
-        handle = (
-            group.get_worker_group_state().placement_group_handle
-            if group.has_started()
-            else None
-        )
         if (
             self._keep_workers
-            and isinstance(state, _V2.ShuttingDownState)
-            and isinstance(state.next_state, _V2.FinishedState)
-            and isinstance(handle, _TunePlacementGroupHandle)
+            and group is not None
+            and group.has_started()
+            and _ends_cleanly(self.get_state())
             and _V2.reusable_backend(self._train_run_context.backend_config)
         ):
-            context = group.get_worker_group_context()
-            self._kept_key = _KeptWorkers.key_of(
-                handle.placement_group,
-                context.num_workers,
-                context.resources_per_worker,
-                self._train_run_context,
-            )
-            group.keep_workers_at_shutdown(
-                self._keep,
-                keep_process_group=any(
-                    isinstance(c, _TorchSetupKeepingItsGroup)
-                    for c in self._worker_group_callbacks_to_propagate
-                ),
-            )
+            trial_pg = _trial_placement_group_of(group.get_worker_group_state())
+            if trial_pg is not None:
+                context = group.get_worker_group_context()
+                self._kept_key = _KeptWorkers.key_of(
+                    trial_pg,
+                    context.num_workers,
+                    context.resources_per_worker,
+                    self._train_run_context,
+                )
+                group.keep_workers_at_shutdown(
+                    self._keep,
+                    keep_process_group=any(
+                        isinstance(c, _TorchSetupKeepingItsGroup)
+                        for c in self._worker_group_callbacks_to_propagate
+                    ),
+                )
+        workers = group.get_workers() if group is not None and group.has_started() else []
         super()._shutdown_worker_group()
+        # Ray 2.51 .. 2.53 end a group's workers with __ray_terminate__ and kill
+        # only those that do not answer it in time: a worker whose report() waits
+        # in commit_report answers, and its process lives on, holding its bundle
+        # of the trial's placement group (the next group's workers then wait for
+        # ever). Ray 2.54+ kill them all anyway; kept workers are not killed.
+        kept = {id(w) for w in self._kept.workers} if self._kept is not None else set()
+        for worker in workers:
+            if id(worker) not in kept:
+                ray.kill(worker.actor)
+        self._notify_soon()  # reports waiting for the group's end return
 
     def _replay(self, tune_checkpoint_path: str) -> None:
         """Hand the trial first the checkpoints the run recorded after Tune's own
@@ -654,9 +803,17 @@ class TrialController(_V2.TrainController):
         retention match the run's.
         """
         manager = self._checkpoint_manager
+        results = list(manager._checkpoint_results)
         order = manager._checkpoint_to_report_index
-        recorded = sorted(manager._checkpoint_results, key=lambda r: order[r.checkpoint])
-        paths = [r.checkpoint.path.rstrip("/") for r in recorded]
+        if all(r.checkpoint in order for r in results):
+            # the report index it was recorded at
+            indices = {_path(r.checkpoint): order[r.checkpoint] + 1 for r in results}
+        else:  # Ray < 2.54: the snapshot keeps no report indices (see _report_order)
+            indices = self._report_order(results)
+            self._recorded_order = dict(indices)
+            self._last_index = max(indices.values(), default=0)
+        recorded = sorted(results, key=lambda r: indices[_path(r.checkpoint)])
+        paths = [_path(r.checkpoint) for r in recorded]
         tune_path = tune_checkpoint_path.rstrip("/")
         if tune_path in paths:
             newer = recorded[paths.index(tune_path) + 1 :]
@@ -665,8 +822,61 @@ class TrialController(_V2.TrainController):
         else:
             newer = recorded
         for result in newer:
-            index = order[result.checkpoint] + 1  # the report index it was recorded at
+            index = indices[_path(result.checkpoint)]
             self._pending.append((index, dict(result.metrics), result.checkpoint))
+
+    def _report_order(self, results: list) -> dict[str, int]:
+        """The report index each of the restored ``results`` was recorded at, on Ray <
+        2.54 (controller's event loop, at a restore): from ray_tt_ext's entry of
+        the run's snapshot (:meth:`_keep_report_order_in_snapshot`); for a
+        snapshot without it, the order of Ray's list (the order the run recorded
+        them, without a ``checkpoint_score_attribute``; with one, Ray's list is
+        in the score's order, and only its latest is known to be the last)."""
+        manager = self._checkpoint_manager
+        storage = manager._storage_context
+        saved: dict[str, int] = {}
+        try:
+            with storage.storage_filesystem.open_input_stream(
+                storage.checkpoint_manager_snapshot_path
+            ) as f:
+                saved = json.loads(f.read()).get(_REPORT_ORDER_KEY) or {}
+        except Exception:
+            logger.debug("No report order in the run's snapshot", exc_info=True)
+        paths = [_path(r.checkpoint) for r in results]
+        if paths and all(p in saved for p in paths):
+            return {p: int(saved[p]) for p in paths}
+        by_score = manager._checkpoint_config.checkpoint_score_attribute is not None
+        latest = manager.latest_checkpoint_result
+        if by_score and latest is not None:
+            last = _path(latest.checkpoint)
+            return {p: len(paths) + 1 if p == last else 0 for p in paths}
+        return {p: i + 1 for i, p in enumerate(paths)}
+
+    def _keep_report_order_in_snapshot(self) -> None:
+        """Ray < 2.54, whose checkpoint manager's snapshot keeps no report indices:
+        wraps this run's ``CheckpointManager._save_state`` (controller's event loop,
+        when Ray saves the snapshot, with each checkpoint it records) to add the
+        run's report index of each checkpoint it lists, under
+        :data:`_REPORT_ORDER_KEY` (Ray's own reading ignores it), so that a
+        restore hands Tune what it lacks in the order the run recorded it
+        (:meth:`_replay`)."""
+        manager = self._checkpoint_manager
+        rays = manager._save_state
+
+        def save_state() -> str:
+            state = json.loads(rays())
+            order = dict(self._recorded_order)
+            latest = manager._latest_checkpoint_result
+            if latest is not None:  # saved as Ray records it, before it is handed over
+                order.setdefault(
+                    _path(latest.checkpoint),
+                    self.run_report_index(manager._current_report_index + 1),
+                )
+            listed = {_path(r.checkpoint) for r in manager._checkpoint_results}
+            state[_REPORT_ORDER_KEY] = {p: i for p, i in order.items() if p in listed}
+            return json.dumps(state)
+
+        manager._save_state = save_state
 
     async def _poll_workers(self) -> Any:
         """Overrides Ray Train V2's ``TrainController._poll_workers``; runs in the
@@ -691,6 +901,24 @@ class TrialController(_V2.TrainController):
         status = self._worker_group.poll_status(timeout=self._health_check_interval_s)
         self._latest_poll_time = time.monotonic()
         return status
+
+    def _start_worker_group(self, *args: Any, **kwargs: Any) -> Any:
+        """Extends Ray Train V2's ``TrainController._start_worker_group``; runs on the
+        controller's event loop. On Ray < 2.54 (``RUN_WIDE_REPORT_INDEX`` off)
+        a new worker group numbers its reports from 1 again, and Ray's
+        checkpoint manager with it: the group's numbers count on from the
+        run's last report (:meth:`commit_report`, :class:`TuneReportBridge`),
+        so that a worker's ``report()`` never returns before Tune took its
+        report. Ray 2.54+ numbers reports across groups itself."""
+        if not _V2.RUN_WIDE_REPORT_INDEX:
+            self._index_base = self._last_index
+        return super()._start_worker_group(*args, **kwargs)
+
+    def run_report_index(self, group_report_index: int) -> int:
+        """The run's number of the current worker group's report
+        ``group_report_index`` (the same on Ray 2.54+; see
+        :meth:`_start_worker_group`). Controller's event loop."""
+        return self._index_base + group_report_index
 
     def new_barrier(self, *args: Any, **kwargs: Any) -> ControllerBarrier:
         """A new worker group's barrier, kept in this controller: Ray's
@@ -749,6 +977,7 @@ class TrialController(_V2.TrainController):
         returns only then; runs on the controller's event loop (trial actor)."""
         self._woken.set()
         worker_group = self._worker_group
+        report_index = self.run_report_index(report_index)
         async with self._handed_over:
             await self._handed_over.wait_for(
                 lambda: (
@@ -767,7 +996,15 @@ class TrialController(_V2.TrainController):
     def hand_over(self, report: tuple) -> None:
         """Rank 0's consolidated report, after Ray's checkpoint manager recorded it
         (``TuneReportBridge.after_report``, in the controller's event loop)."""
+        self._last_index = max(self._last_index, report[0])
+        if report[2] is not None and not _V2.RUN_WIDE_REPORT_INDEX:
+            self._recorded_order[_path(report[2])] = report[0]
         self._pending.append(report)
+        self._notify_soon()
+
+    def _notify_soon(self) -> None:
+        """Wake the trial and the workers waiting on this controller (controller's
+        event loop)."""
         task = asyncio.get_running_loop().create_task(self._notify())
         self._tasks.add(task)  # the event loop keeps only a weak reference
         task.add_done_callback(self._tasks.discard)
@@ -819,7 +1056,7 @@ class TrialController(_V2.TrainController):
         run's loop is cancelled instead, and :meth:`run` returns."""
         if self.get_state().is_terminal():
             return
-        self._controller_callback_manager.invoke_best_effort("before_controller_abort")
+        self._before_abort()
         self._aborting = True
         try:
             if self._worker_group:
@@ -833,6 +1070,22 @@ class TrialController(_V2.TrainController):
         task = getattr(self, "_run_task", None)
         if task is not None:
             task.cancel()
+
+    def _before_abort(self) -> None:
+        """The controller callbacks' ``before_controller_abort``, errors logged (Ray
+        2.56+'s ``invoke_best_effort``; Ray 2.55 calls the hook in a loop, older
+        releases have none). Controller's event loop."""
+        manager = getattr(self, "_controller_callback_manager", None)
+        if manager is not None and hasattr(manager, "invoke_best_effort"):
+            manager.invoke_best_effort("before_controller_abort")
+            return
+        for callback in getattr(self, "_controller_callbacks", []):
+            hook = getattr(callback, "before_controller_abort", None)
+            if callable(hook):
+                try:
+                    hook()
+                except Exception:
+                    logger.exception("before_controller_abort of %r failed", callback)
 
     def discard(self) -> None:
         """Kill the workers this controller kept from its last run, if any (it
@@ -855,15 +1108,19 @@ class TuneReportBridge(_V2.UserCallback):
 
     def after_report(self, run_context: Any, metrics: list, checkpoint: Any) -> None:
         controller = _THIS_PROCESS["controller"]
-        index = controller._checkpoint_manager._current_report_index
+        index = controller.run_report_index(
+            controller._checkpoint_manager._current_report_index
+        )
         controller.hand_over((index, dict(metrics[0]), checkpoint))
 
 
 def without_idle_dataset_manager(callback: Any) -> Any:
     """Ray's ``DatasetsCallback`` as :class:`_DatasetsCallback` (the same state, one
-    method extended); any other callback as it is. Runs in the trial actor, on
+    method extended) where Ray starts a ``DatasetManager`` actor per worker
+    group (Ray 2.56+); any other callback as it is (older releases split the
+    datasets in the controller, without an actor). Runs in the trial actor, on
     the callbacks Ray's trainer builds for the controller."""
-    if type(callback) is _V2.DatasetsCallback:
+    if _V2.DATASET_MANAGER_PER_GROUP and type(callback) is _V2.DatasetsCallback:
         callback.__class__ = _DatasetsCallback
     return callback
 

@@ -70,7 +70,9 @@ def _user_error(error: BaseException) -> BaseException:
     (rank 0's first), so that ``Result.error`` names its type and message."""
     failures = getattr(error, "worker_failures", None)
     if isinstance(failures, dict) and failures:
-        return failures[min(failures)]
+        error = failures[min(failures)]
+        if isinstance(error, _V2.UserExceptionWithTraceback):  # Ray < 2.55 keeps it
+            error = error._base_exc  # wrapped; Ray 2.55+ unwraps it as here
     return error
 
 
@@ -100,11 +102,13 @@ class _TrialRun:
     def start(self, trainer: Any) -> None:
         """Run ``trainer.fit()`` with this trial's controller (trial actor)."""
         default_callbacks = trainer._create_default_callbacks
+        # Tune owns the trial's placement group: nothing else removes it (Ray
+        # 2.53+'s cleaner would, when the controller dies).
+        cleaner = _V2.PlacementGroupCleanerCallback or ()
         trainer._create_default_callbacks = lambda: [
-            # Tune owns the trial's placement group: nothing else removes it.
             without_idle_dataset_manager(c)
             for c in default_callbacks()
-            if not isinstance(c, _V2.PlacementGroupCleanerCallback)
+            if not isinstance(c, cleaner)
         ]
         trainer._initialize_and_run_controller = self._run_controller
         self._thread = threading.Thread(

@@ -3,6 +3,10 @@
 #   scripts/compat.sh RAY_VERSION [pytest args...]     e.g. scripts/compat.sh 2.40.0
 #   scripts/compat.sh --install-only RAY_VERSION       only make the venv (CI does
 #                                                      this while other jobs run)
+#   scripts/compat.sh --compat-tier RAY_VERSION        only the Train V2 session's
+#                                                      compat tier (-m compat_tier: the
+#                                                      V2 bridge's core; CI runs it on
+#                                                      the oldest Train V2 release)
 # Runs the whole regression suite (scripts/pytest_sessions.py: tests/ for Train V1
 # and tests/v2 for Train V2, side by side; the `large` runs over the 512 MiB gRPC limit
 # included: they are ray-project/ray#43234's canary); pytest args (-k, -m,
@@ -12,9 +16,12 @@
 # verdict line last; exit 0 on PASS.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-install_only=0
-if [ "${1:-}" = "--install-only" ]; then install_only=1; shift; fi
-[ $# -ge 1 ] || { echo "usage: scripts/compat.sh [--install-only] RAY_VERSION [pytest args...]" >&2; exit 2; }
+install_only=0 tier=0
+case "${1:-}" in
+  --install-only) install_only=1; shift ;;
+  --compat-tier) tier=1; shift ;;
+esac
+[ $# -ge 1 ] || { echo "usage: scripts/compat.sh [--install-only|--compat-tier] RAY_VERSION [pytest args...]" >&2; exit 2; }
 version="$1"; shift
 minor="$(echo "$version" | cut -d. -f1,2)"
 constraints="constraints/ray-$minor.txt"
@@ -49,6 +56,16 @@ if [ "$install_only" -eq 1 ]; then
   exit 0
 fi
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
+if [ "$tier" -eq 1 ]; then
+  # The Train V2 session alone (as scripts/pytest_sessions.py runs it), its compat tier.
+  status=0
+  env -u RAY_TRAIN_V2_ENABLED RAY_TT_EXT_TEST_TRAIN=v2 "$venv/bin/python" -m pytest \
+    -q -p no:cacheprovider -m compat_tier tests/v2 "$@" > "$venv.tier.log" 2>&1 || status=$?
+  summary="$(grep -E "[0-9]+ (passed|failed)" "$venv.tier.log" | tail -1 | tr -d '=' | sed 's/^ *//;s/ *$//')"
+  [ "$status" -eq 0 ] || cat "$venv.tier.log"
+  echo "ray $version: $([ "$status" -eq 0 ] && echo PASS || echo FAIL) (compat tier: $summary)"
+  exit "$status"
+fi
 "$venv/bin/python" scripts/pytest_sessions.py -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
 status=${PIPESTATUS[0]}
 summary="$(grep -E '^== both sessions: ' "$venv.pytest.log" | tail -1 | sed 's/^== both sessions: //;s/ ==$//')"

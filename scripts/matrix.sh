@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# The whole Ray matrix, one verdict per version; writes docs/compatibility.md.
-#   scripts/matrix.sh [RAY_VERSION ...]   (default: every constraints/ray-*.txt)
-# Rows of versions not run this time are kept from docs/compatibility.tsv.
+# The whole Ray matrix, one row per Ray minor; writes docs/compatibility.{md,tsv}.
+#   scripts/matrix.sh [--fresh] [RAY_VERSION ...]   (default: every constraints/ray-*.txt)
+# Each row is scripts/compat.sh VERSION (the whole regression suite, Train V1 and
+# Train V2 sessions, in a venv of its own) with its wall time. Unattended and
+# resumable: a row's verdict is kept in compat_results/rows/VERSION.txt with the
+# commit it ran at, and a row already run at this commit (on a clean tree) is not
+# run again; --fresh runs every row. Rows of versions not run this time are kept
+# from docs/compatibility.tsv. Exit 0 when every row passes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+fresh=0
+if [ "${1:-}" = "--fresh" ]; then fresh=1; shift; fi
 versions=("$@")
 if [ ${#versions[@]} -eq 0 ]; then
   for f in constraints/ray-*.txt; do v="${f#constraints/ray-}"; versions+=("${v%.txt}"); done
 fi
-mkdir -p compat_results docs
-: > compat_results/matrix.txt
+commit="$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)"
+mkdir -p compat_results/rows docs
 for v in "${versions[@]}"; do
+  row="compat_results/rows/$v.txt"
+  if [ "$fresh" -eq 0 ] && [ -f "$row" ] && [[ "$commit" != *-dirty ]] &&
+     grep -q "^commit $commit\$" "$row"; then
+    echo "=== ray $v: done at $commit ($(head -1 "$row"))" >&2
+    continue
+  fi
   echo "=== ray $v ($(date +%H:%M:%S))" >&2
-  scripts/compat.sh "$v" | tail -1 | tee -a compat_results/matrix.txt
+  start=$(date +%s)
+  verdict="$(scripts/compat.sh "$v" | tail -1)"
+  seconds=$(( $(date +%s) - start ))
+  printf '%s in %s s\ncommit %s\n' "$verdict" "$seconds" "$commit" > "$row"
+  head -1 "$row"
 done
-python3 scripts/render_compatibility.py compat_results/matrix.txt
+: > compat_results/matrix.txt
+for v in "${versions[@]}"; do head -1 "compat_results/rows/$v.txt" >> compat_results/matrix.txt; done
+python3 scripts/render_compatibility.py --commit "$commit" compat_results/matrix.txt
 echo; cat compat_results/matrix.txt
 ! grep -q ": FAIL" compat_results/matrix.txt

@@ -16,6 +16,7 @@ import pytest
 from packaging.version import Version
 
 from ray_tt_ext import _compat
+from ray_tt_ext._compat import ray_check
 
 pytestmark = pytest.mark.quick  # unit tests: scripts/test --quick runs them
 
@@ -49,24 +50,32 @@ def _source_attr(cls, name: str):
 
 
 def applies(entry: _compat.RayOverride) -> bool:
-    return _compat.RAY_VERSION.release >= Version(entry.since).release
+    """ray_tt_ext builds on it on the installed Ray (``since`` .. ``until``)."""
+    return ray_check.applies(entry)
 
 
 def is_train_v2(entry: _compat.RayOverride) -> bool:
     """An override of Ray Train V2 (Ray 2.51 or later)."""
-    return Version(entry.since).release >= (2, 51)
+    return ray_check.part_of(entry) == ray_check.TRAIN_V2
 
 
 def test_every_listed_ray_attribute_exists_on_the_installed_ray():
-    missing = []
+    """What ``python -m ray_tt_ext check-ray`` and the Tuners' check look up: every
+    attribute ray_tt_ext builds on with this Ray, where the map says it is."""
+    missing = ray_check.missing_ray_attributes()
+    assert not missing, f"Ray {_compat.RAY_VERSION} moved:\n" + "\n".join(map(str, missing))
+
+
+def test_each_since_is_when_the_attribute_appeared():
+    """``since`` is the oldest Ray that has it: on an older Ray (a row of the
+    matrix before it) the attribute is not there. (``until`` is ray_tt_ext's
+    last use: the attribute may live on.)"""
     for entry in _compat.RAY_OVERRIDES:
-        if not applies(entry):
+        since = Version(entry.since).release[:2]
+        if _compat.RAY_VERSION.release[:2] >= since or since <= (2, 40):
             continue
-        try:
-            resolve(entry.ray)
-        except (AttributeError, ImportError) as e:
-            missing.append(f"{entry.ray} (ray_tt_ext: {entry.ours}): {e}")
-    assert not missing, f"Ray {_compat.RAY_VERSION} moved:\n" + "\n".join(missing)
+        with pytest.raises((AttributeError, ImportError)):
+            ray_check.resolve(entry.ray)
 
 
 def test_every_listed_override_of_ours_exists_and_says_where_it_runs():
@@ -158,3 +167,251 @@ def test_each_override_is_where_the_map_says(entry):
     source = Path(importlib.import_module(module_name).__file__).read_text()
     ray_name = entry.ray.rpartition(".")[2].rpartition(":")[2]
     assert ray_name.strip("_") in source or ray_name in source, (entry.ray, entry.ours)
+
+
+# ---------------------------------------------------------------------------
+# A Ray that lacks an attribute of the map: named before anything starts
+# ---------------------------------------------------------------------------
+
+
+def _remove(monkeypatch, target: str) -> None:
+    """Take ``target`` (``"module:Qualified.name"``) out of the installed Ray for this
+    test, as a fork or a nightly without it would be: a class's or module's
+    attribute deleted where it is defined, a dataclass field or an attribute Ray
+    sets in a method (``self.name = ...``) taken out of the class's source."""
+    import inspect
+
+    module_name, _, qualname = target.partition(":")
+    *owners, name = qualname.split(".")
+    owner = importlib.import_module(module_name)
+    for part in owners:
+        owner = getattr(owner, part)
+    if isinstance(owner, type) and owner.__flags__ & (1 << 8):  # an immutable (Cython) type
+        # Stands in for it where it is looked up: a class of its attributes but one.
+        parent = importlib.import_module(module_name)
+        for part in owners[:-1]:
+            parent = getattr(parent, part)
+        attrs = {k: v for k, v in vars(owner).items() if k not in (name, "__dict__")}
+        monkeypatch.setattr(parent, owners[-1], type(owner.__name__, (), attrs))
+        return
+    if isinstance(owner, type):
+        fields = getattr(owner, "__dataclass_fields__", {})
+        if name in vars(owner) or name in fields:
+            if name in vars(owner):
+                monkeypatch.delattr(owner, name)
+            if name in fields:  # a field (with a default: a class attribute too)
+                without_it = {k: v for k, v in fields.items() if k != name}
+                monkeypatch.setattr(owner, "__dataclass_fields__", without_it)
+            return
+        getsource = inspect.getsource
+        assigned = re.compile(rf"\bself\.{re.escape(name)}\b")
+
+        def without(obj):
+            source = getsource(obj)
+            return "\n".join(
+                line for line in source.splitlines() if not assigned.search(line)
+            )
+
+        monkeypatch.setattr(ray_check.inspect, "getsource", without)
+        return
+    if inspect.ismodule(owner):
+        monkeypatch.delattr(owner, name)
+        return
+    # Any other object (a Ray actor class): one that has all it has but the name.
+    parent = importlib.import_module(module_name)
+    for part in owners[:-1]:
+        parent = getattr(parent, part)
+
+    class Without:
+        def __getattr__(self, attr):
+            if attr == name:
+                raise AttributeError(attr)
+            return getattr(owner, attr)
+
+    monkeypatch.setattr(parent, owners[-1], Without())
+
+
+def _applying_entries() -> dict[str, _compat.RayOverride]:
+    """One entry per Ray attribute that ray_tt_ext builds on with the installed Ray."""
+    found: dict[str, _compat.RayOverride] = {}
+    for entry in _compat.RAY_OVERRIDES:
+        if applies(entry):
+            found.setdefault(entry.ray, entry)
+    return found
+
+
+def test_each_attribute_of_the_map_that_ray_lacks_is_named(monkeypatch):
+    """Every Ray attribute of ``RAY_OVERRIDES`` taken out in turn (a Ray build
+    without it): ``missing_ray_attributes`` names it (and the entries of its own
+    attributes, if it is a class), nothing else, with the ray_tt_ext part that
+    needs it; with it back, nothing is missing."""
+    pytest.importorskip("torch")  # its Ray modules are imported, not read, here
+    importlib.import_module("ray.train.torch.config")
+    assert ray_check.missing_ray_attributes() == []
+    entries = _applying_entries()
+    assert len(entries) > 60
+    for target, entry in entries.items():
+        with monkeypatch.context() as patch:
+            _remove(patch, target)
+            missing = ray_check.missing_ray_attributes()
+        named = [m.entry.ray for m in missing]
+        # It, and the entries of its own attributes (a class's methods), nothing else.
+        assert target in named, (target, missing)
+        assert all(n == target or n.startswith(target + ".") for n in named), named
+        (it,) = [m for m in missing if m.entry.ray == target]
+        assert it.part == ray_check.part_of(entry)
+        assert target in str(it) and entry.ours in str(it)
+    assert ray_check.missing_ray_attributes() == []
+
+
+def test_check_ray_lists_what_is_missing_without_starting_ray(monkeypatch, capsys):
+    """``python -m ray_tt_ext check-ray``: exit 0 and a line per part on this Ray;
+    exit 1 and the missing attribute named when one is taken out. Ray is not
+    started (this test runs without the session's Ray)."""
+    import ray
+
+    from ray_tt_ext.__main__ import main
+
+    started = ray.is_initialized()
+    assert main(["check-ray"]) == 0
+    out = capsys.readouterr().out
+    assert f"ray=={_compat.RAY_VERSION}" in out
+    assert "Ray Tune (both Tuners): ok" in out and "Ray Train V1" in out
+    target = "ray.tune.execution.tune_controller:TuneController._schedule_trial_pause"
+    with monkeypatch.context() as patch:
+        _remove(patch, target)
+        assert main(["check-ray"]) == 1
+    out = capsys.readouterr().out
+    assert "missing 1" in out and target in out and "UnsupportedRayVersionError" in out
+    assert ray.is_initialized() is started
+
+
+def test_check_ray_runs_as_a_module():
+    import subprocess
+    import sys
+
+    done = subprocess.run(
+        [sys.executable, "-m", "ray_tt_ext", "check-ray"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "ok" in done.stdout
+
+
+def test_a_tuner_on_a_ray_that_lacks_an_attribute_says_which_before_any_trial(
+    monkeypatch,
+):
+    """``ray_tt_ext.Tuner(...)`` refuses a Ray without an attribute it builds on, at
+    construction (nothing is converted, put in the object store or started),
+    with ``UnsupportedRayVersionError`` naming it and the fix; looked up again
+    once the check is forgotten. ``v2.Tuner``: tests/v2/test_tuner_v2.py."""
+    import ray_tt_ext
+    from ray_tt_ext._compat import ray_check
+
+    target = "ray.tune.registry:_Registry.flush_values"
+    ray_check.forget_checks()
+    try:
+        with monkeypatch.context() as patch:
+            _remove(patch, target)
+            with pytest.raises(ray_tt_ext.UnsupportedRayVersionError) as info:
+                ray_tt_ext.Tuner(lambda config: None)
+        message = str(info.value)
+        assert target in message and "ray_tt_ext.Tuner builds on 1 Ray attribute" in message
+        assert "Nothing was started" in message and "pip install" in message
+        assert "check-ray" in message
+        # Cached per process: the attribute back, the same answer until forgotten.
+        with pytest.raises(ray_tt_ext.UnsupportedRayVersionError):
+            ray_tt_ext.Tuner(lambda config: None)
+    finally:
+        ray_check.forget_checks()
+    assert isinstance(ray_tt_ext.Tuner(lambda config: None), ray_tt_ext.Tuner)
+
+
+# ---------------------------------------------------------------------------
+# One truth about support: the map, the errors and the compatibility page agree
+# ---------------------------------------------------------------------------
+
+
+def _matrix_rows() -> dict[tuple[int, int], dict[str, str]]:
+    """docs/compatibility.tsv (written by scripts/matrix.sh), by Ray minor."""
+    lines = (ROOT / "docs" / "compatibility.tsv").read_text().splitlines()
+    header = lines[0].split("\t")
+    rows = {}
+    for line in lines[1:]:
+        row = dict(zip(header, line.split("\t"), strict=False))
+        rows[Version(row["ray"]).release[:2]] = row
+    return rows
+
+
+def _minor(text: str) -> tuple[int, int]:
+    return Version(text).release[:2]
+
+
+def test_checked_is_what_the_matrix_ran():
+    """Each entry's ``checked`` is the range of matrix rows, between its ``since``
+    and ``until``, whose session of its part passed (Train V2 entries: a
+    ``tests/v2`` count with passes), with no row in it that failed."""
+    rows = _matrix_rows()
+    wrong = []
+    for entry in _compat.RAY_OVERRIDES:
+        v2 = is_train_v2(entry)
+        since, until = _minor(entry.since), _minor(entry.until or "9.99")
+        if not v2:
+            since = max(since, (2, 40))
+        ran = []
+        for minor, row in sorted(rows.items()):
+            if not since <= minor <= until:
+                continue
+            sessions = row["summary"].split("; ")
+            session = sessions[-1] if v2 else sessions[0]
+            if row["verdict"] != "PASS" or not re.search(r"\d+ passed", session):
+                wrong.append(
+                    f"{entry.ray}: row {row['ray']} did not pass ({row['summary']})"
+                )
+            ran.append(minor)
+        expected = (
+            f"{'.'.join(map(str, ran[0]))} .. {'.'.join(map(str, ran[-1]))}"
+            if ran
+            else "none"
+        )
+        if entry.checked != expected:
+            wrong.append(
+                f"{entry.ray} ({entry.ours}): checked {entry.checked!r}, matrix {expected!r}"
+            )
+    assert not wrong, "\n".join(wrong)
+
+
+def test_the_supported_releases_are_said_the_same_everywhere(monkeypatch):
+    """The package's range (``MIN_RAY_VERSION``, ``MAX_RAY_VERSION``) and Train V2's
+    (``MIN_TRAIN_V2_RAY_VERSION``) are what the errors name, what
+    docs/compatibility.md and the README say, and what the package requires."""
+    from ray_tt_ext._compat import train_mode, versions
+
+    low, high, v2 = (
+        versions.MIN_RAY_VERSION,
+        versions.MAX_RAY_VERSION,
+        train_mode.MIN_TRAIN_V2_RAY_VERSION,
+    )
+    page = (ROOT / "docs" / "compatibility.md").read_text()
+    assert f"Ray\n  `>={low},<{high}`" in page or f"Ray `>={low},<{high}`" in page
+    assert f"`>={v2},<{high}`" in page
+    assert f"naming `ray>={v2}`" in page
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert (
+        f'"ray[tune,train]>={low},<{Version(str(high)).base_version.rsplit(".", 1)[0]}"'
+        in pyproject
+    )
+    readme = (ROOT / "README.md").read_text()
+    assert (
+        f"Ray `>={low.base_version.rsplit('.', 1)[0]},<{high.base_version.rsplit('.', 1)[0]}`"
+        in readme
+    )
+    # The error of ray_tt_ext.v2 on a Ray before Train V2, and of the bridge.
+    monkeypatch.setattr(train_mode, "RAY_VERSION", Version("2.50.0"))
+    with pytest.raises(_compat.UnsupportedRayVersionError) as info:
+        train_mode.ensure_train_v2("ray_tt_ext.v2.Tuner")
+    assert f"ray>={v2}" in str(info.value)
+    bridge = (ROOT / "ray_tt_ext" / "_compat" / "train_v2_bridge.py").read_text()
+    assert "MIN_TRAIN_V2_RAY_VERSION" in bridge and ">=2.60" not in bridge

@@ -11,7 +11,9 @@ and Tune's driver), ``train_mode`` (Train V1 or V2, and V2 configs converted),
 ``train_v1`` (the training workers' session, the executor host's process),
 ``train_v2`` and ``train_v2_bridge`` (Ray Train V2's internals, typed, imported
 on demand: ``from ray_tt_ext._compat import train_v2``) and ``overrides``
-(``RAY_OVERRIDES``, the map of every Ray method ray_tt_ext changes).
+(``RAY_OVERRIDES``, the map of every Ray method ray_tt_ext changes) and
+``ray_check`` (whether the installed Ray has each of them: the Tuners' check
+before any trial, ``python -m ray_tt_ext check-ray``).
 
 Importing this package never changes ``RAY_TRAIN_V2_ENABLED``: ``ray_tt_ext``
 (the Train V1 integration) calls :func:`activate_train_v1` before it imports
@@ -101,6 +103,7 @@ from ray_tt_ext._compat.overrides import (
     RAY_OVERRIDES,
     RayOverride,
 )
+from ray_tt_ext._compat.ray_check import check_ray_attributes
 
 # Ray's own names that the other modules take from here.
 import ray.cloudpickle as ray_cloudpickle
@@ -176,6 +179,7 @@ __all__ = [
     "actor_ready_ref",
     "add_post_init_hook",
     "captures_child_tasks",
+    "check_ray_attributes",
     "check_ray_version",
     "claim_job_key",
     "connect_global_state",

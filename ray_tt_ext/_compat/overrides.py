@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 # ---------------------------------------------------------------------------
 # The map of every Ray method ray_tt_ext overrides, extends, replaces or patches
@@ -17,9 +18,14 @@ class RayOverride:
     ray_tt_ext does it, ``"ray_tt_ext.module:Qualified.name"``; ``how``:
     overrides (replaces the method), extends (calls Ray's), replaces (Ray's is
     not called), patches (sets it on Ray's class), adds (a method of ours on a
-    subclass of Ray's class, built on the private ``ray`` attribute); ``where``:
-    the process it runs in; ``checked``: the Ray releases it was checked
-    against; ``since``: the oldest Ray that has it (Train V2: 2.51).
+    subclass of Ray's class, built on the private ``ray`` attribute), uses
+    (reads it); ``where``: the process it runs in; ``checked``: the Ray
+    releases whose regression suite ran with it (the rows of
+    docs/compatibility.md, between ``since`` and ``until``); ``since``: the
+    oldest Ray release that has it (below 2.40, the oldest supported: 2.40;
+    Train V2's: 2.51 or later); ``until``: the newest release ray_tt_ext uses
+    it on (``None``: every release from ``since``), for the way an older Ray
+    works where a newer one has another.
     """
 
     ray: str
@@ -28,10 +34,28 @@ class RayOverride:
     where: str
     checked: str = "2.40 .. 2.60"
     since: str = "2.40"
+    until: Optional[str] = None
 
 
 _V2_CHECKED = "2.51 .. 2.60"
-_BRIDGE_CHECKED = "2.60 .. 2.60"
+_BRIDGE_CHECKED = _V2_CHECKED
+
+
+def _v2(
+    ray: str,
+    ours: str,
+    how: str,
+    where: str,
+    since: str = "2.51",
+    until: Optional[str] = None,
+) -> RayOverride:
+    """An entry of Ray Train V2 (from 2.51), checked on the Train V2 rows between
+    ``since`` and ``until``."""
+    return RayOverride(ray, ours, how, where, f"{since} .. {until or '2.60'}", since, until)
+
+
+_WG = "ray.train.v2._internal.execution.worker_group"
+_CONTROLLER = "ray.train.v2._internal.execution.controller:TrainController"
 _TRAIN_V2 = "ray.train.v2.api.data_parallel_trainer:DataParallelTrainer"
 _TUNER_INTERNAL = "ray.tune.impl.tuner_internal:TunerInternal"
 _BASE_TRAINER = "ray.train.base_trainer:BaseTrainer"
@@ -132,7 +156,8 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.train.v2._internal.execution.controller:TrainController.abort", "ray_tt_ext._v2_controller:TrialController.abort", "overrides", "the run's controller (the Tune trial actor's controller thread; Ray's exits the actor)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.controller.state:AbortedState", "ray_tt_ext._v2_controller:TrialController.abort", "uses", "the run's controller (trial actor; the state Ray's abort sets)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.controller:TrainController.get_all_reported_checkpoints", "ray_tt_ext._v2_trial:V2Trial.get_all_reported_checkpoints", "uses", "Tune trial actor (a worker's call, passed to the run's controller)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.worker_group.worker_group:WorkerGroup._init_train_context", "ray_tt_ext._v2_trial:V2Trial.commit_report", "uses", "Tune trial actor (the controller handle Ray gives the workers there is the current actor, the trial actor: its methods pass their calls to the run's controller)", _BRIDGE_CHECKED, "2.51"),
+    _v2(f"{_WG}.worker_group:WorkerGroup._init_train_context", "ray_tt_ext._v2_trial:V2Trial.commit_report", "uses", "Tune trial actor (the controller handle Ray gives the workers there is the current actor, the trial actor: its methods pass their calls to the run's controller)", since="2.56"),
+    _v2(f"{_WG}.worker_group:WorkerGroup._init_train_context_on_workers", "ray_tt_ext._v2_trial:V2Trial.commit_report", "uses", "Tune trial actor (as _init_train_context, before Ray 2.56)", until="2.55"),
     RayOverride("ray.tune.trainable:Trainable.train", "ray_tt_ext._v2_trial:V2Trial.train", "extends", "Tune trial actor (an async actor: Ray's method in its one Tune thread)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.tune.trainable:Trainable.train_buffered", "ray_tt_ext._v2_trial:V2Trial.train_buffered", "extends", "Tune trial actor (an async actor: Ray's loop in its one Tune thread, over Trainable.train, through _SyncTrain, since the trial's train is a coroutine)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray._private.async_compat:has_async_methods", "ray_tt_ext._v2_trial:V2Trial.commit_report", "uses", "Tune trial actor (Ray makes an actor whose class has a coroutine method an async actor, and runs its other methods on its event loop)", _BRIDGE_CHECKED, "2.51"),
@@ -148,22 +173,30 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:CheckpointManager.after_report", "ray_tt_ext._v2_controller:TuneReportBridge.after_report", "uses", "the run's controller (trial actor; the report index it counts)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.context:TrainContext._wait_then_report", "ray_tt_ext._train_v2:_commit_each_report", "patches", "Train V2 training worker (its context instance, under a v2.Tuner trial)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._get_worker_runtime_env", "ray_tt_ext._v2_controller:TrialWorkerGroup._get_worker_runtime_env", "extends", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._create_placement_group", "ray_tt_ext._v2_controller:TrialWorkerGroup._create_placement_group", "overrides", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.worker_group.placement_group_handle:DefaultPlacementGroupHandle.shutdown", "ray_tt_ext._v2_controller:_TunePlacementGroupHandle.shutdown", "overrides", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
+    _v2(f"{_WG}:WorkerGroup._create_placement_group", "ray_tt_ext._v2_controller:TrialWorkerGroup._create_placement_group", "overrides", "the run's controller (the Tune trial actor's controller thread)", since="2.54"),
+    _v2(f"{_WG}.placement_group_handle:DefaultPlacementGroupHandle.shutdown", "ray_tt_ext._v2_controller:_TunePlacementGroupHandle.shutdown", "overrides", "the run's controller (the Tune trial actor's controller thread)", since="2.54"),
+    _v2(f"{_WG}.worker_group:placement_group", "ray_tt_ext._v2_controller:_keep_trial_placement_groups_in_train", "patches", "the run's controller (trial actor; WorkerGroup._start_impl creates the group with it: the trial's is given instead)", until="2.53"),
+    _v2(f"{_WG}.worker_group:remove_placement_group", "ray_tt_ext._v2_controller:_keep_trial_placement_groups_in_train", "patches", "the run's controller (trial actor; a worker group's start that timed out: the trial's is left to Tune)", until="2.53"),
+    _v2(f"{_WG}.state:_shutdown_placement_group", "ray_tt_ext._v2_controller:_keep_trial_placement_groups_in_train", "patches", "the run's controller (trial actor; a worker group's shutdown: the trial's is left to Tune)", until="2.53"),
+    _v2(f"{_WG}.state:WorkerGroupState.placement_group", "ray_tt_ext._v2_controller:_trial_placement_group_of", "uses", "the run's controller (trial actor; the group's placement group, before the handle of Ray 2.54)", until="2.53"),
     RayOverride("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:delete_fs_path", "ray_tt_ext._v2_controller:_tune_deletes", "patches", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.worker_group.worker_group:SynchronizationActor", "ray_tt_ext._v2_controller:_keep_barriers_in_the_controller", "patches", "the run's controller (trial actor; its worker groups' barriers kept in it)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.execution.worker_group.state:_shutdown_sync_actor", "ray_tt_ext._v2_controller:_keep_barriers_in_the_controller", "patches", "the run's controller (trial actor; a kept barrier closed, not killed)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.execution.checkpoint.sync_actor:SynchronizationActor", "ray_tt_ext._v2_controller:TrialController.barrier_call", "uses", "the run's controller (trial actor; Ray's class as a plain object, in a concurrency group)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.callbacks.preemption_callback:PreemptionCallback.after_worker_group_start", "ray_tt_ext._v2_controller:_WatcherInTheController.after_worker_group_start", "overrides", "the run's controller (trial actor; Ray's PreemptionWatcher as a plain object in it)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.callbacks.preemption_callback:PreemptionCallback._stop_watcher", "ray_tt_ext._v2_controller:_WatcherInTheController._stop_watcher", "overrides", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.execution.controller:TrainController._worker_group_callbacks_to_propagate", "ray_tt_ext._v2_controller:TrialController._in_this_controller", "patches", "the run's controller (trial actor; Ray's PreemptionCallback, and with kept workers a TorchConfig run's BackendSetupCallback, swapped for ray_tt_ext's)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.callbacks.backend_setup:BackendSetupCallback.after_execution_group_start", "ray_tt_ext._v2_controller:_TorchSetupKeepingItsGroup.after_execution_group_start", "overrides", "the run's controller (trial actor; kept workers keep their torch process group)", _BRIDGE_CHECKED, "2.60"),
-    RayOverride("ray.train.v2._internal.callbacks.backend_setup:BackendSetupCallback.before_execution_group_shutdown", "ray_tt_ext._v2_controller:_TorchSetupKeepingItsGroup.before_execution_group_shutdown", "overrides", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.60"),
+    _v2(f"{_WG}.worker_group:SynchronizationActor", "ray_tt_ext._v2_controller:_keep_barriers_in_the_controller", "patches", "the run's controller (trial actor; its worker groups' barriers kept in it, Ray 2.56+)"),
+    _v2(f"{_WG}.state:_shutdown_sync_actor", "ray_tt_ext._v2_controller:_keep_barriers_in_the_controller", "patches", "the run's controller (trial actor; a kept barrier closed, not killed, Ray 2.56+)"),
+    _v2("ray.train.v2._internal.execution.checkpoint.sync_actor:SynchronizationActor", "ray_tt_ext._v2_controller:TrialController.barrier_call", "uses", "the run's controller (trial actor; Ray's class as a plain object, on the barriers' event loop)"),
+    _v2("ray.train.v2._internal.execution.checkpoint.sync_actor:SynchronizationActor.reset", "ray_tt_ext._v2_controller:TrialController.close_barrier", "uses", "the run's controller (trial actor; a kept barrier's waiting workers released: without it, Ray's actor is the barrier)", since="2.56"),
+    _v2("ray.train.v2._internal.callbacks.preemption_callback:PreemptionCallback.after_worker_group_start", "ray_tt_ext._v2_controller:_WatcherInTheController.after_worker_group_start", "overrides", "the run's controller (trial actor; Ray's PreemptionWatcher as a plain object in it)", since="2.57"),
+    _v2("ray.train.v2._internal.callbacks.preemption_callback:PreemptionCallback._stop_watcher", "ray_tt_ext._v2_controller:_WatcherInTheController._stop_watcher", "overrides", "the run's controller (the Tune trial actor's controller thread)", since="2.57"),
+    _v2(f"{_CONTROLLER}._worker_group_callbacks_to_propagate", "ray_tt_ext._v2_controller:TrialController._in_this_controller", "patches", "the run's controller (trial actor; Ray's PreemptionCallback, and with kept workers a TorchConfig run's BackendSetupCallback, swapped for ray_tt_ext's)"),
+    _v2("ray.train.v2._internal.callbacks.backend_setup:BackendSetupCallback.after_execution_group_start", "ray_tt_ext._v2_controller:_TorchSetupKeepingItsGroup.after_execution_group_start", "overrides", "the run's controller (trial actor; kept workers keep their torch process group)", since="2.56"),
+    _v2("ray.train.v2._internal.callbacks.backend_setup:BackendSetupCallback.before_execution_group_shutdown", "ray_tt_ext._v2_controller:_TorchSetupKeepingItsGroup.before_execution_group_shutdown", "overrides", "the run's controller (the Tune trial actor's controller thread)", since="2.56"),
+    _v2("ray.train.v2._internal.callbacks.backend_setup:BackendSetupCallback.after_worker_group_start", "ray_tt_ext._v2_controller:_TorchSetupKeepingItsGroup.after_worker_group_start", "overrides", "the run's controller (trial actor; as after_execution_group_start, the hook's name before Ray 2.56)", until="2.55"),
+    _v2("ray.train.v2._internal.callbacks.backend_setup:BackendSetupCallback.before_worker_group_shutdown", "ray_tt_ext._v2_controller:_TorchSetupKeepingItsGroup.before_worker_group_shutdown", "overrides", "the run's controller (trial actor; as before_execution_group_shutdown, the hook's name before Ray 2.56)", until="2.55"),
     RayOverride("ray.train.torch.config:_TorchBackend.on_start", "ray_tt_ext._compat.train_v2_bridge:torch_process_group_backend", "uses", "the run's controller (trial actor; Ray's rule for the process group's backend)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.torch.config:_set_torch_distributed_env_vars", "ray_tt_ext._compat.train_v2_bridge:torch_worker_functions", "uses", "Train V2 training worker (a kept group's torch variables for the new run)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.torch.config:_shutdown_torch", "ray_tt_ext._compat.train_v2_bridge:torch_worker_functions", "uses", "Train V2 training worker (a kept group's torch shutdown, its process group left)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.callbacks.datasets:DatasetsCallback.before_init_train_context", "ray_tt_ext._v2_controller:_DatasetsCallback.before_init_train_context", "extends", "the run's controller (trial actor; no DatasetManager actor without datasets)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.callbacks.placement_group_callback:PlacementGroupCleanerCallback", "ray_tt_ext._v2_trial:_TrialRun.start", "patches", "Tune trial actor (left out of the run's callbacks)", _BRIDGE_CHECKED, "2.51"),
+    _v2("ray.train.v2._internal.callbacks.datasets:DatasetsCallback.before_init_train_context", "ray_tt_ext._v2_controller:_DatasetsCallback.before_init_train_context", "extends", "the run's controller (trial actor; no DatasetManager actor without datasets, Ray 2.56+)", since="2.54"),
+    _v2("ray.train.v2._internal.data_integration.dataset_manager:DatasetManager", "ray_tt_ext._v2_controller:without_idle_dataset_manager", "uses", "Tune trial actor (Ray starts one per worker group from 2.56: the datasets callback is swapped there only)", since="2.56"),
+    _v2("ray.train.v2._internal.callbacks.placement_group_callback:PlacementGroupCleanerCallback", "ray_tt_ext._v2_trial:_TrialRun.start", "patches", "Tune trial actor (left out of the run's callbacks)", since="2.53"),
     RayOverride(f"{_FUNCTION_TRAINABLE}._trainable_func", "ray_tt_ext._v2_trial:V2Trial._trainable_func", "overrides", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.cleanup", "ray_tt_ext._v2_trial:V2Trial.cleanup", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
     RayOverride(f"{_FUNCTION_TRAINABLE}.reset_config", "ray_tt_ext._v2_trial:V2Trial.reset_config", "extends", "Tune trial actor", _BRIDGE_CHECKED, "2.51"),
@@ -175,7 +208,7 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     # -- Workers kept between the trials of a reused trial actor (reuse_actors) ----
     RayOverride("ray.train.v2._internal.execution.controller:TrainController.__init__", "ray_tt_ext._v2_controller:TrialController.next_run", "uses", "the run's controller (trial actor; called again on the live object for the next trial's run)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.controller:TrainController._shutdown_worker_group", "ray_tt_ext._v2_controller:TrialController._shutdown_worker_group", "extends", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.controller.state:ShuttingDownState", "ray_tt_ext._v2_controller:TrialController._shutdown_worker_group", "uses", "the run's controller (trial actor; its next_state a FinishedState: a clean end)", _BRIDGE_CHECKED, "2.51"),
+    _v2("ray.train.v2._internal.execution.controller.state:ShuttingDownState", "ray_tt_ext._v2_controller:_ends_cleanly", "uses", "the run's controller (trial actor; its next_state a FinishedState: a clean end)", since="2.52"),
     RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup._create_workers", "ray_tt_ext._v2_controller:TrialWorkerGroup._create_workers", "extends", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group:WorkerGroup.shutdown", "ray_tt_ext._v2_controller:TrialWorkerGroup.keep_workers_at_shutdown", "uses", "the run's controller (trial actor; the group's _worker_group_state swapped for _KeepingState before Ray's shutdown runs)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group.state:WorkerGroupState.shutdown", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "overrides", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
@@ -185,7 +218,17 @@ RAY_OVERRIDES: tuple[RayOverride, ...] = (
     RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.run_train_fn", "ray_tt_ext._train_v2:_own_upload_pool", "uses", "Train V2 training worker (it shuts the context's upload pool down when the loop returns)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.shutdown", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "uses", "the run's controller (trial actor; on kept workers, without Ray's ray.kill)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.v2._internal.execution.worker_group.worker:RayTrainWorker.execute", "ray_tt_ext._v2_controller:_KeepingState.shutdown", "uses", "the run's controller (trial actor; release_process_group on kept workers)", _BRIDGE_CHECKED, "2.51"),
-    RayOverride("ray.train.v2._internal.execution.controller.state:FinishedState", "ray_tt_ext._v2_controller:TrialController._shutdown_worker_group", "uses", "the run's controller (the Tune trial actor's controller thread)", _BRIDGE_CHECKED, "2.51"),
+    _v2("ray.train.v2._internal.execution.controller.state:FinishedState", "ray_tt_ext._v2_controller:_ends_cleanly", "uses", "the run's controller (the Tune trial actor's controller thread; Ray 2.51: the state of a run that ends cleanly)"),
+    # -- What changed between Train V2 releases (detected in _compat.train_v2_bridge) --
+    _v2("ray.train.v2._internal.exceptions:UserExceptionWithTraceback._base_exc", "ray_tt_ext._v2_trial:_user_error", "uses", "Tune trial actor's training thread (a worker's error as Ray < 2.55 hands it over, wrapped)", until="2.54"),
+    _v2(f"{_CONTROLLER}._start_worker_group", "ray_tt_ext._v2_controller:TrialController._start_worker_group", "extends", "the run's controller (trial actor; before Ray 2.54 a new group's reports are numbered on from the run's last)"),
+    _v2(f"{_WG}.worker:RayTrainWorker.init_train_context", "ray_tt_ext._v2_controller:TrialController._start_worker_group", "uses", "the run's controller (trial actor; its current_report_index parameter, Ray 2.54+: reports numbered across worker groups)"),
+    _v2("ray.train.v2._internal.execution.checkpoint.checkpoint_manager:CheckpointManager._save_state", "ray_tt_ext._v2_controller:TrialController._keep_report_order_in_snapshot", "extends", "the run's controller (trial actor; before Ray 2.54 the snapshot keeps no report indices: ray_tt_ext's entry keeps them)", until="2.53"),
+    _v2("ray.train._internal.checkpoint_manager:_CheckpointManager.latest_checkpoint_result", "ray_tt_ext._v2_controller:TrialController._report_order", "uses", "the run's controller (trial actor; a snapshot without ray_tt_ext's entry: the latest is the last recorded)", until="2.53"),
+    _v2("ray.train.v2._internal.execution.storage:StorageContext.checkpoint_manager_snapshot_path", "ray_tt_ext._v2_controller:TrialController._report_order", "uses", "the run's controller (trial actor; ray_tt_ext's entry read back at a restore)", until="2.53"),
+    _v2(f"{_CONTROLLER}._controller_callbacks", "ray_tt_ext._v2_controller:TrialController._before_abort", "uses", "the run's controller (trial actor; their before_controller_abort, Ray 2.55)", until="2.55"),
+    _v2("ray.train.v2._internal.execution.callback_manager:CallbackManager.invoke_best_effort", "ray_tt_ext._v2_controller:TrialController._before_abort", "uses", "the run's controller (trial actor; before_controller_abort, as Ray's abort calls it)", since="2.56"),
+    _v2("ray.train.v2._internal.execution.context:TrainContext.report_call_index", "ray_tt_ext._train_v2:_recorded_checkpoint_names", "uses", "Train V2 training worker (the checkpoints recorded up to this worker's report() calls, as Ray 2.53+ asks)", until="2.52"),
     RayOverride("ray.train.torch.config:_TorchBackend.on_shutdown", "ray_tt_ext._train_v2:release_process_group", "uses", "Train V2 training worker (a kept worker's process group the next run cannot keep; Ray destroys one only for more than 1 worker)", _BRIDGE_CHECKED, "2.51"),
     RayOverride("ray.train.backend:BackendConfig", "ray_tt_ext._compat.train_v2_bridge:reusable_backend", "uses", "the run's controller (trial actor; the backends whose workers are kept: Ray's base BackendConfig and TorchConfig)", _BRIDGE_CHECKED, "2.51"),
 )  # fmt: skip

@@ -3,13 +3,19 @@
 
 Imported on demand, in the Tune trial actor and the run's controller actor
 (never on a training worker): importing it on a Ray whose Train V2 lacks one
-of these raises :class:`UnsupportedRayVersionError`. Checked on Ray 2.60;
-``RAY_OVERRIDES`` lists what is overridden.
+of the classes every release since 2.51 has raises
+:class:`UnsupportedRayVersionError`. What changed between Train V2 releases
+is detected here, once, from Ray's own code (not from its version number):
+each name below that a release lacks is ``None`` there, and each flag says
+which of two ways that release works. ``RAY_OVERRIDES`` lists what is
+overridden, with the releases that have it.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.util
+import inspect
 import sys
 from collections.abc import Callable
 from typing import Any, Optional
@@ -18,6 +24,7 @@ from ray.train.backend import BackendConfig
 from ray.tune.trainable.function_trainable import wrap_function
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from ray_tt_ext._compat.train_mode import MIN_TRAIN_V2_RAY_VERSION
 from ray_tt_ext._compat.train_v2 import (
     CheckpointConfig,
     DataParallelTrainer,
@@ -30,18 +37,15 @@ from ray_tt_ext._compat.versions import (
     UnsupportedRayVersionError,
 )
 
-try:
+try:  # in every Train V2 release (2.51 .. 2.60)
     from ray._common.constants import RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_ENV_VAR
     from ray.train.v2._internal.callbacks.backend_setup import BackendSetupCallback
-    from ray.train.v2._internal.callbacks.datasets import DatasetsCallback
-    from ray.train.v2._internal.callbacks.placement_group_callback import (
-        PlacementGroupCleanerCallback,
-    )
     from ray.train.v2._internal.constants import (
         DEFAULT_RAY_WARN_BLOCKING_GET_INSIDE_ASYNC_VALUE,
         ENV_VARS_TO_PROPAGATE,
         get_env_vars_to_propagate,
     )
+    from ray.train.v2._internal.exceptions import UserExceptionWithTraceback
     from ray.train.v2._internal.execution.checkpoint import (
         checkpoint_manager as checkpoint_manager_module,
     )
@@ -52,18 +56,19 @@ try:
     from ray.train.v2._internal.execution.controller.state import (
         AbortedState,
         FinishedState,
-        ShuttingDownState,
     )
     from ray.train.v2._internal.execution.worker_group import WorkerGroup
-    from ray.train.v2._internal.execution.worker_group.placement_group_handle import (
-        DefaultPlacementGroupHandle,
-    )
     from ray.train.v2._internal.execution.worker_group.state import WorkerGroupState
+    from ray.train.v2._internal.execution.worker_group.worker import RayTrainWorker
     from ray.train.v2.api.callback import UserCallback
 
-    #: The modules whose names the run's barrier replaces in a trial's
-    #: controller actor (``_v2_controller``): ``worker_group`` starts Ray's
-    #: ``SynchronizationActor`` per worker group, ``state`` kills it.
+    datasets_callbacks_module = importlib.import_module(
+        "ray.train.v2._internal.callbacks.datasets"
+    )
+    #: The modules whose names a trial's controller replaces in its process
+    #: (``_v2_controller``): ``worker_group`` starts Ray's ``SynchronizationActor``
+    #: per worker group (and, before Ray 2.54, creates its placement group),
+    #: ``state`` kills and removes them.
     worker_group_module = importlib.import_module(
         "ray.train.v2._internal.execution.worker_group.worker_group"
     )
@@ -74,9 +79,18 @@ except ImportError as e:  # a Train V2 older or newer than the bridge knows
     raise UnsupportedRayVersionError(
         f"ray_tt_ext.v2.Tuner(trainer) extends Ray Train V2 internals that "
         f"ray=={RAY_VERSION} does not have ({e}). Fix: pip install "
-        f"'ray[tune,train]>=2.60,<{MAX_RAY_VERSION}' (docs/compatibility.md), or "
+        f"'ray[tune,train]>={MIN_TRAIN_V2_RAY_VERSION},<{MAX_RAY_VERSION}' "
+        "(docs/compatibility.md), or "
         "tune a function that fits the trainer (Ray's documented pattern)."
     ) from e
+
+
+def _optional(module: str, name: str) -> Any:
+    """``module.name``, or ``None`` on a Train V2 release without it."""
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
 
 
 def _plain_class(actor_class: Any) -> Optional[type]:
@@ -88,7 +102,60 @@ def _plain_class(actor_class: Any) -> Optional[type]:
     return getattr(modified, "__ray_actor_class__", None)
 
 
-try:  # what a barrier kept in the controller raises once closed (Ray 2.60)
+_STATE = "ray.train.v2._internal.execution.controller.state"
+
+#: ``ShuttingDownState`` (Ray 2.52+: a run ends through it, ``next_state``
+#: saying how); ``None`` on 2.51, whose run goes to ``FinishedState`` at once
+#: and shuts its worker group down after the loop.
+ShuttingDownState: Optional[type] = _optional(_STATE, "ShuttingDownState")
+
+#: Ray's ``PlacementGroupCleanerCallback`` (Ray 2.53+: removes a run's placement
+#: group when its controller dies); ``None`` before.
+PlacementGroupCleanerCallback: Optional[type] = _optional(
+    "ray.train.v2._internal.callbacks.placement_group_callback",
+    "PlacementGroupCleanerCallback",
+)
+
+#: Ray's ``DefaultPlacementGroupHandle`` (Ray 2.54+: a worker group creates its
+#: placement group in ``WorkerGroup._create_placement_group`` and removes it
+#: through the handle); ``None`` before, where ``WorkerGroup._start_impl``
+#: calls ``worker_group.placement_group`` itself and ``state`` removes it with
+#: ``_shutdown_placement_group``.
+DefaultPlacementGroupHandle: Optional[type] = _optional(
+    "ray.train.v2._internal.execution.worker_group.placement_group_handle",
+    "DefaultPlacementGroupHandle",
+)
+
+#: Ray's callback that hands the trainer's datasets to the workers:
+#: ``DatasetsCallback`` (Ray 2.54+), ``DatasetsSetupCallback`` before.
+DatasetsCallback: type = (
+    getattr(datasets_callbacks_module, "DatasetsCallback", None)
+    or datasets_callbacks_module.DatasetsSetupCallback
+)
+
+#: Whether Ray starts a ``DatasetManager`` actor per worker group, datasets or
+#: not (Ray 2.56+); before, datasets are split in the controller.
+DATASET_MANAGER_PER_GROUP: bool = (
+    importlib.util.find_spec("ray.train.v2._internal.data_integration.dataset_manager")
+    is not None
+)
+
+#: Whether ``BackendSetupCallback``'s hooks are the execution group's
+#: (``after_execution_group_start``, ``before_execution_group_shutdown``: Ray
+#: 2.56+); before, the worker group's (``after_worker_group_start``,
+#: ``before_worker_group_shutdown``).
+EXECUTION_GROUP_HOOKS: bool = hasattr(BackendSetupCallback, "after_execution_group_start")
+
+#: Whether a run numbers its reports across its worker groups (Ray 2.54+: a new
+#: group continues from the controller's ``current_report_index``, which the
+#: checkpoint manager's snapshot keeps); before, each group numbers its reports
+#: from 1 and the snapshot keeps no numbers.
+RUN_WIDE_REPORT_INDEX: bool = (
+    "current_report_index"
+    in inspect.signature(RayTrainWorker.init_train_context).parameters
+)
+
+try:  # what a barrier kept in the controller raises once closed (Ray 2.56+)
     from ray.train.v2._internal.execution.checkpoint.sync_actor import (
         SynchronizationBarrierResetError,
     )
@@ -97,8 +164,8 @@ except ImportError:  # an older Train V2: its barrier cannot be released (no res
 
 #: Ray's ``SynchronizationActor`` as a plain class (the run's barrier, kept in
 #: the controller actor), or ``None`` where this Ray lacks what that needs (the
-#: barrier's ``reset``, the hooks in ``worker_group`` and ``state``; Ray 2.55):
-#: its worker groups then start Ray's actor, as without ray_tt_ext.
+#: barrier's ``reset``, Ray 2.56+, and the hooks in ``worker_group`` and
+#: ``state``): its worker groups then start Ray's actor, as without ray_tt_ext.
 SynchronizationBarrier: Optional[type] = (
     _plain_class(SynchronizationActor)
     if SynchronizationBarrierResetError is not None
@@ -108,7 +175,7 @@ SynchronizationBarrier: Optional[type] = (
     else None
 )
 
-try:  # Ray's per-worker-group PreemptionWatcher actor (Ray 2.60)
+try:  # Ray's per-worker-group PreemptionWatcher actor (Ray 2.57+)
     from ray.train.v2._internal.callbacks.preemption_callback import PreemptionCallback
     from ray.train.v2._internal.execution.preemption import PreemptionWatcher
 except ImportError:  # a Train V2 without it: nothing to keep in the controller
@@ -184,6 +251,10 @@ def propagated_env_vars() -> frozenset[str]:
 __all__ = [
     "BackendConfig",
     "AbortedState",
+    "DATASET_MANAGER_PER_GROUP",
+    "EXECUTION_GROUP_HOOKS",
+    "RUN_WIDE_REPORT_INDEX",
+    "RayTrainWorker",
     "BackendSetupCallback",
     "CheckpointConfig",
     "DataParallelTrainer",
@@ -201,6 +272,7 @@ __all__ = [
     "SynchronizationBarrierResetError",
     "TrainController",
     "UserCallback",
+    "UserExceptionWithTraceback",
     "WorkerGroup",
     "WorkerGroupState",
     "blocking_get_warning_var",
@@ -211,6 +283,7 @@ __all__ = [
     "torch_config_class",
     "torch_process_group_backend",
     "torch_worker_functions",
+    "datasets_callbacks_module",
     "worker_group_module",
     "worker_group_state_module",
     "wrap_function",

@@ -156,7 +156,11 @@ def check_nothing_lost(case: str, result, marker_dir, fs) -> None:
             ], path
 
 
-@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
+@pytest.mark.parametrize(
+    "reuse_actors",
+    [pytest.param(False, marks=pytest.mark.compat_tier), True],
+    ids=["new_actors", "reuse_actors"],
+)
 def test_a_report_that_returned_is_never_lost_whatever_dies_next(
     storage_path, tmp_path, reuse_actors
 ):

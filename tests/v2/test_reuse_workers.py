@@ -18,16 +18,9 @@ import ray.tune
 from v2_tune_loops import reuse_probe_loop
 
 import ray_tt_ext.v2 as v2
-from ray_tt_ext import _compat
 from rtt_testing import actors_started, alive_actor_ids, assert_every_cpu_free
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
-
-#: Kept workers were built on Ray 2.60; older Train V2 releases start new ones.
-KEEPS_WORKERS = _compat.RAY_VERSION.release >= (2, 60)
-needs_kept_workers = pytest.mark.skipif(
-    not KEEPS_WORKERS, reason="workers are kept between trials on Ray >= 2.60"
-)
 
 
 def _seen(log_dir) -> dict[tuple[str, int], dict]:
@@ -70,7 +63,7 @@ def _two_trial_tuner(name: str, tmp_path, storage_path) -> v2.Tuner:
     )
 
 
-@needs_kept_workers
+@pytest.mark.compat_tier
 def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, tmp_path):
     """6 trials of a 2-worker trainer, 2 at a time, ``reuse_actors=True``; trial
     ``c`` raises. Every clean trial's workers run the next trial of their trial
@@ -181,14 +174,13 @@ def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypat
         return tuner._local_tuner.converted_trainable._keep_workers
 
     monkeypatch.delenv("RAY_TT_EXT_REUSE_WORKERS", raising=False)
-    assert keeps(True) is KEEPS_WORKERS  # Ray < 2.60: never
+    assert keeps(True) is True  # every Train V2 release
     assert keeps(False) is False
     for off in ("0", "false", "Off"):
         monkeypatch.setenv("RAY_TT_EXT_REUSE_WORKERS", off)
         assert keeps(True) is False
 
 
-@needs_kept_workers
 @pytest.mark.parametrize("workers", [1, 2])
 def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     storage_path, workers
@@ -249,7 +241,6 @@ def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     assert by_step[1]["subgroup_sum"] == workers  # step 0's subgroup, kept with it
 
 
-@needs_kept_workers
 def test_a_process_group_the_loop_made_itself_goes_when_its_workers_are_kept(
     storage_path,
 ):
@@ -281,7 +272,6 @@ def _shape(spec, field: int):
     return _SHAPES[spec.config.train_loop_config.key][field]
 
 
-@needs_kept_workers
 def test_a_group_of_another_size_or_resources_runs_on_new_workers(storage_path, tmp_path):
     """Trials one after the other with ``reuse_actors=True`` whose scaling differs
     (``param_space``): 1 worker, 2 workers, then 1 worker with half a CPU. No
@@ -319,7 +309,6 @@ def test_a_group_of_another_size_or_resources_runs_on_new_workers(storage_path, 
     assert not actors["c"] & (actors["a"] | actors["b"])
 
 
-@needs_kept_workers
 def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
     storage_path, tmp_path
 ):
@@ -361,7 +350,6 @@ def test_a_stopped_run_keeps_no_workers_and_a_retried_run_keeps_its_last_group(
     assert actors_started("V2TrainTrainable") - trial_actors_before == 1
 
 
-@needs_kept_workers
 def test_a_loop_of_tuners_keeps_each_tuners_workers_apart(storage_path, tmp_path):
     """Three ``v2.Tuner`` fits with ``reuse_actors=True``, one after another in one
     process: each Tuner's second trial runs on its own first trial's worker,
@@ -381,7 +369,6 @@ def test_a_loop_of_tuners_keeps_each_tuners_workers_apart(storage_path, tmp_path
     assert _settled(lambda: alive_actor_ids("RayTrainWorker") & used, set()) == set()
 
 
-@needs_kept_workers
 def test_two_tuners_in_two_threads_keep_their_trainables_and_workers_apart(
     storage_path, tmp_path
 ):

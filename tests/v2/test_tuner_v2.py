@@ -6,8 +6,11 @@ session's 4-CPU local Ray, with ``RAY_TRAIN_V2_ENABLED`` unset as users have it.
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 import json
 import os
+from pathlib import Path
 
 import pytest
 import ray
@@ -26,8 +29,8 @@ from rtt_testing import (
 
 pytestmark = pytest.mark.usefixtures("ray_start_4_cpus")
 
-#: Ray 2.60 starts, per worker group, actors that a v2.Tuner trial's controller
-#: does without (the preemption watcher, the dataset manager, the barrier).
+#: Ray 2.60's preemption notice that the survivors' collectives are relaxed for
+#: (``FailureConfig(relax_collectives_on_preemption=True)``).
 RAY_2_60 = _compat.RAY_VERSION.release >= (2, 60)
 
 
@@ -61,6 +64,7 @@ def trainer_for(storage_path, config, *, workers=2, checkpoint_config=None, **kw
     )
 
 
+@pytest.mark.compat_tier
 def test_every_train_checkpoint_is_a_tune_checkpoint_of_its_trial(storage_path):
     trainer = trainer_for(
         storage_path,
@@ -121,6 +125,7 @@ def test_a_param_space_key_that_is_not_a_trainer_argument_is_an_error(storage_pa
     assert not os.listdir(storage_path)  # nothing was written
 
 
+@pytest.mark.compat_tier
 @pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
 def test_trials_reserve_their_worker_group_and_give_it_back(
     storage_path, tmp_path, reuse_actors
@@ -404,6 +409,40 @@ def test_a_torch_trainer_trial_runs_ddp_over_gloo(storage_path):
     assert set(state) == {"module.weight", "module.bias"}  # DDP-wrapped Linear(4, 1)
 
 
+def test_rays_xgboost_trainer_trials_train_over_their_dataset_shards(storage_path):
+    """Ray's own ``ray.train.xgboost.XGBoostTrainer`` (Train V2's) under ``v2.Tuner``:
+    two trials of two workers each, XGBoost's collective between them (Ray's
+    ``XGBoostConfig``), a ``train`` dataset sharded to the workers, every
+    round's model a checkpoint of the trial (the Train folder, in the trial
+    folder), the last one with every round."""
+    pytest.importorskip("xgboost")
+    import ray.data
+    from ray.train.xgboost import RayTrainReportCallback, XGBoostTrainer
+    from v2_tune_loops import xgboost_loop
+
+    assert XGBoostTrainer.__module__.startswith("ray.train.v2.")  # Ray's V2 class
+    rows = [{"x": float(i), "y": 2.0 * i} for i in range(64)]
+    trainer = XGBoostTrainer(
+        xgboost_loop,
+        train_loop_config={"rounds": 3},
+        datasets={"train": ray.data.from_items(rows)},
+        scaling_config=ray.train.ScalingConfig(num_workers=2),
+    )
+    results = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"eta": ray.tune.grid_search([0.3, 0.6])}},
+        tune_config=ray.tune.TuneConfig(max_concurrent_trials=1),
+        run_config=ray.tune.RunConfig(name="xgb", storage_path=storage_path),
+    ).fit()
+    assert not results.errors
+    for result in results:
+        assert result.metrics["training_iteration"] == 3  # a Tune report per round
+        assert os.path.dirname(result.checkpoint.path) == result.path
+        assert len(result.best_checkpoints) == 3
+        booster = RayTrainReportCallback.get_model(result.checkpoint)
+        assert booster.num_boosted_rounds() == 3
+
+
 def test_datasets_reach_the_workers_and_a_trainer_without_starts_no_dataset_manager(
     storage_path,
 ):
@@ -432,10 +471,14 @@ def test_datasets_reach_the_workers_and_a_trainer_without_starts_no_dataset_mana
     assert with_data.error is None and without.error is None
     assert with_data.metrics["rows"] == 5  # rank 0's half of the 10 rows
     assert "Dataset shard for 'missing' not found" in with_data.metrics["missing"]
-    assert "this trainer has no datasets" in without.metrics["missing"]
-    assert "`datasets` argument" in without.metrics["missing"]
-    # The one with datasets (Ray 2.60; older Rays split datasets without one).
-    assert actors_started("DatasetManager") == managers + (1 if RAY_2_60 else 0)
+    assert "`datasets` argument" in without.metrics["missing"]  # the fix
+    from ray_tt_ext._compat import train_v2_bridge
+
+    if train_v2_bridge.DATASET_MANAGER_PER_GROUP:  # ray_tt_ext's provider, Ray's before
+        assert "this trainer has no datasets" in without.metrics["missing"]
+    # The one with datasets (Ray 2.56+; older Rays split datasets without one).
+    per_group = train_v2_bridge.DATASET_MANAGER_PER_GROUP
+    assert actors_started("DatasetManager") == managers + (1 if per_group else 0)
 
 
 def _puts(log_path: str, prefix: str) -> dict[str, int]:
@@ -677,23 +720,28 @@ def test_what_a_trial_cannot_run_is_an_error_before_anything_runs(storage_path):
     _refused_with_the_fix(
         r"num_workers=\(1, 2\)\) cannot be reserved", lambda: v2.Tuner(elastic)
     )
-    for unsupported in (
-        ray.train.ScalingConfig(num_workers=1, label_selector={"zone": "a"}),
+    unsupported_configs = [
         ray.train.ScalingConfig(
             num_workers=1, use_tpu=True, topology="2x2", accelerator_type="TPU-V4"
-        ),
-    ):
+        )
+    ]
+    if "label_selector" in {f.name for f in dataclasses.fields(ray.train.ScalingConfig)}:
+        unsupported_configs.append(  # Ray 2.53+
+            ray.train.ScalingConfig(num_workers=1, label_selector={"zone": "a"})
+        )
+    for unsupported in unsupported_configs:
         _refused_with_the_fix(
             "without TPU slices or label selectors",
             lambda: v2.Tuner(trainer_with(unsupported)),  # noqa: B023
         )
-    validated = trainer_with(
-        ray.train.ScalingConfig(num_workers=1),
-        validation_config=ray.train.ValidationConfig(fn=lambda checkpoint, config: {}),
-    )
-    _refused_with_the_fix(
-        r"validation_config=...\) is not supported", lambda: v2.Tuner(validated)
-    )
+    if hasattr(ray.train, "ValidationConfig"):  # Ray 2.54+; before: the next test
+        validated = trainer_with(
+            ray.train.ScalingConfig(num_workers=1),
+            validation_config=ray.train.ValidationConfig(fn=lambda checkpoint, config: {}),
+        )
+        _refused_with_the_fix(
+            r"validation_config=...\) is not supported", lambda: v2.Tuner(validated)
+        )
     ranked = trainer_for(
         storage_path,
         {"steps": 1},
@@ -726,21 +774,73 @@ def test_a_checkpoint_without_the_score_attribute_is_an_error_and_nothing_is_del
     assert result.checkpoint is None
 
 
+@pytest.mark.skipif(
+    "validate_fn" not in inspect.signature(ray.train.report).parameters,
+    reason="ray.train.report(validate_fn=...) is Ray 2.51 .. 2.53's (2.54+: the "
+    "validation_config test_what_a_trial_cannot_run_is_an_error_before_anything_runs refuses)",
+)
+def test_a_report_asking_for_validation_is_refused_in_the_trial(storage_path):
+    """Ray 2.51 .. 2.53 ask for a checkpoint's validation per report
+    (``ray.train.report(validate_fn=...)``), which the driver cannot see: the
+    report is refused on the worker, before anything is reported, and the
+    trial's error says why and the fix."""
+    from v2_tune_loops import validating_loop
+
+    trainer = v2.DataParallelTrainer(
+        validating_loop, scaling_config=ray.train.ScalingConfig(num_workers=1)
+    )
+    (result,) = v2.Tuner(
+        trainer, run_config=ray.tune.RunConfig(name="validate", storage_path=storage_path)
+    ).fit()
+    assert isinstance(result.error, ValueError), result.error
+    message = str(result.error)
+    assert "validate_fn=...) (Ray 2.51 .. 2.53) is not supported" in message
+    assert "Fix: " in message and "Nothing was reported" in message
+    assert result.checkpoint is None
+    assert not [n for n in folders(result.path) if n.startswith("checkpoint")]
+
+
+#: ``ray.train.get_preemption_info``: Ray 2.58+ (docs/compatibility.md).
+HAS_PREEMPTION_NOTICE = hasattr(ray.train, "get_preemption_info")
+
+
+@pytest.mark.quick
+@pytest.mark.skipif(HAS_PREEMPTION_NOTICE, reason="this Ray has the preemption notice")
+def test_a_ray_without_the_preemption_notice_is_what_the_compatibility_page_says():
+    """Ray 2.51 .. 2.57: the training loop gets no preemption notice (Ray's API is
+    new in 2.58), as docs/compatibility.md says; ray_tt_ext adds none."""
+    from ray_tt_ext._compat import train_v2_bridge
+
+    assert _compat.RAY_VERSION.release < (2, 58)
+    page = (Path(__file__).parents[2] / "docs" / "compatibility.md").read_text()
+    assert "`ray.train.get_preemption_info`" in page and "2.58" in page
+    # Ray 2.57 watches for drained nodes without telling the loop: in the controller.
+    assert (train_v2_bridge.PreemptionCallback is not None) == (
+        _compat.RAY_VERSION.release >= (2, 57)
+    )
+
+
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
-@pytest.mark.skipif(not RAY_2_60, reason="Ray's preemption notice is new in Ray 2.60")
+@pytest.mark.skipif(
+    not HAS_PREEMPTION_NOTICE,
+    reason="Ray's preemption notice (ray.train.get_preemption_info) is new in Ray 2.58: "
+    "test_a_ray_without_the_preemption_notice_is_what_the_compatibility_page_says",
+)
 def test_a_drained_node_reaches_the_loop_and_the_survivors_barrier_is_relaxed(
     shutdown_only, storage_path, tmp_path
 ):
     """Ray Train's preemption notice under a trial, two workers on two nodes:
     rank 1's node is drained (a spot reclaim's notice), the watcher that
     ray_tt_ext keeps in the run's controller sees it, and the loops'
-    ``ray.train.get_preemption_info()`` names rank 1 and its node. Rank 1 then
-    joins no collective: rank 0's notice and just-in-time checkpoint go through
-    only because the controller relaxed the barrier to rank 0
-    (``relax_collectives_on_preemption``: Ray's controller calls the barrier's
-    ``set_required_ranks`` and waits for it, on a barrier ray_tt_ext keeps in
-    that same controller, in the trial actor). The trial finishes with that checkpoint."""
+    ``ray.train.get_preemption_info()`` names rank 1 and its node. On Ray 2.60
+    rank 1 then joins no collective: rank 0's notice and just-in-time
+    checkpoint go through only because the controller relaxed the barrier to
+    rank 0 (``relax_collectives_on_preemption``: Ray's controller calls the
+    barrier's ``set_required_ranks`` and waits for it, on a barrier ray_tt_ext
+    keeps in that same controller, in the trial actor). Ray 2.58 .. 2.59 have
+    no relaxing (the notice is a barrier of every rank): rank 1 goes on
+    stepping. The trial finishes with that checkpoint."""
     from ray.cluster_utils import Cluster
     from v2_tune_loops import drain_rank_one_loop
 
@@ -757,11 +857,17 @@ def test_a_drained_node_reaches_the_loop_and_the_survivors_barrier_is_relaxed(
         barriers = actors_started("SynchronizationActor")
         trainer = v2.DataParallelTrainer(
             drain_rank_one_loop,
-            train_loop_config={"wait_s": 60, "dir": str(tmp_path)},
+            train_loop_config={
+                "wait_s": 60,
+                "dir": str(tmp_path),
+                "rank_one_stays": not RAY_2_60,
+            },
             scaling_config=ray.train.ScalingConfig(num_workers=2),
             run_config=ray.train.RunConfig(
                 failure_config=ray.train.FailureConfig(relax_collectives_on_preemption=True)
-            ),
+            )
+            if RAY_2_60
+            else None,
         )
         (result,) = v2.Tuner(
             trainer,

@@ -223,12 +223,15 @@ def test_rays_tune_and_train_v2_pattern_runs_under_the_v2_tuner(storage_path):
     # Ray's own controller keeps Ray's barrier, preemption watcher and dataset
     # manager actors (one each per run): only a v2.Tuner(trainer) trial's
     # controller does without them.
-    from ray_tt_ext import _compat
+    from ray_tt_ext._compat import train_v2_bridge
 
-    on_2_60 = _compat.RAY_VERSION.release >= (2, 60)  # older: only the barrier actor
+    started_by_ray = {  # by each run's worker group, on this Ray
+        "SynchronizationActor": True,
+        "PreemptionWatcher": train_v2_bridge.PreemptionCallback is not None,  # 2.57+
+        "DatasetManager": train_v2_bridge.DATASET_MANAGER_PER_GROUP,  # 2.56+
+    }
     assert {c: actors_started(c) for c in helpers} == {
-        c: n + (2 if on_2_60 or c == "SynchronizationActor" else 0)
-        for c, n in helpers.items()
+        c: n + (2 if started_by_ray[c] else 0) for c, n in helpers.items()
     }
     assert os.environ.get("RAY_TRAIN_V2_ENABLED") is None  # left as the user has it
 
@@ -625,6 +628,42 @@ def test_a_large_value_in_the_v2_tuners_param_space_is_warned_of_by_name(storage
 
 
 @pytest.mark.quick
+@pytest.mark.compat_tier
+def test_the_compatibility_page_says_what_this_ray_does():
+    """docs/compatibility.md's table of what differs between the Train V2 releases
+    (``scripts/render_compatibility.py``'s ``V2_DIFFERENCES``) is what this Ray
+    and ray_tt_ext's bridge do: each row holds exactly on the releases it names.
+    The matrix runs this on every Train V2 release."""
+    import dataclasses
+    import inspect
+
+    from ray_tt_ext import _compat
+    from ray_tt_ext._compat import train_v2_bridge
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "scripts"))
+    from render_compatibility import V2_DIFFERENCES
+
+    does = {
+        "preemption_notice": hasattr(ray.train, "get_preemption_info"),
+        "relax_collectives": "relax_collectives_on_preemption"
+        in {f.name for f in dataclasses.fields(ray.train.FailureConfig)},
+        "watcher_in_controller": train_v2_bridge.PreemptionCallback is not None,
+        "barrier_in_controller": train_v2_bridge.SynchronizationBarrier is not None,
+        "no_idle_dataset_manager": train_v2_bridge.DATASET_MANAGER_PER_GROUP,
+        "validate_fn_refused": "validate_fn"
+        in inspect.signature(ray.train.report).parameters,
+    }
+    assert {row[0] for row in V2_DIFFERENCES} == set(does)
+    minor = _compat.RAY_VERSION.release[:2]
+    for key, _, since, until, _ in V2_DIFFERENCES:
+        says = tuple(map(int, since.split("."))) <= minor and (
+            until is None or minor <= tuple(map(int, until.split(".")))
+        )
+        assert does[key] is says, (key, _compat.RAY_VERSION)
+
+
+@pytest.mark.quick
+@pytest.mark.compat_tier
 def test_the_v2_entries_of_the_override_map_resolve():
     from ray_tt_ext import _compat
 

@@ -190,7 +190,11 @@ def drain_rank_one_loop(config: dict) -> None:
     the watcher's word arrives and reports a just-in-time checkpoint with what
     the notice said. Both collectives of rank 0 (the notice, the report's
     checkpoint name) release without rank 1 only once the run's controller
-    relaxed the barrier to rank 0 (``relax_collectives_on_preemption``)."""
+    relaxed the barrier to rank 0 (``relax_collectives_on_preemption``).
+
+    ``config["rank_one_stays"]`` (Ray 2.58 .. 2.59, whose notice is a barrier of
+    every rank and cannot be relaxed): rank 1 goes on stepping after draining
+    its node, asking for the notice and reporting as rank 0 does."""
     rank = ray.train.get_context().get_world_rank()
     node_file, done_file = (os.path.join(config["dir"], n) for n in ("node", "done"))
     ray.train.report({"step": 0})
@@ -200,9 +204,10 @@ def drain_rank_one_loop(config: dict) -> None:
             f.write(ray.get_runtime_context().get_node_id())
         os.replace(node_file + ".tmp", node_file)
         _drain_this_node()
-        while not os.path.exists(done_file) and time.monotonic() < deadline:
-            time.sleep(0.2)  # reclaimed: no step, no collective
-        return
+        if not config.get("rank_one_stays"):
+            while not os.path.exists(done_file) and time.monotonic() < deadline:
+                time.sleep(0.2)  # reclaimed: no step, no collective
+            return
     info = None
     while info is None and time.monotonic() < deadline:
         info = ray.train.get_preemption_info()  # the watcher's word, per step
@@ -217,9 +222,38 @@ def drain_rank_one_loop(config: dict) -> None:
             "preempted_node_is_rank_1s": bool(info)
             and list(info.preempted_node_ids) == [drained],
         },
-        checkpoint=_state_checkpoint({"step": 1}),
+        checkpoint=_state_checkpoint({"step": 1}) if rank == 0 else None,
     )
-    open(done_file, "w").close()
+    if rank == 0:
+        open(done_file, "w").close()
+
+
+def xgboost_loop(config: dict) -> None:
+    """Ray's XGBoost example loop: this worker's shard of ``train`` as a DMatrix,
+    ``xgboost.train`` over the workers' collective (Ray's ``XGBoostConfig``
+    sets it up), each round reported with its model by Ray's callback."""
+    import xgboost
+    from ray.train.xgboost import RayTrainReportCallback
+
+    frame = ray.train.get_dataset_shard("train").materialize().to_pandas()
+    dtrain = xgboost.DMatrix(frame[["x"]], label=frame["y"])
+    xgboost.train(
+        {"objective": "reg:squarederror", "eta": config["eta"], "max_depth": 2},
+        dtrain=dtrain,
+        evals=[(dtrain, "train")],
+        num_boost_round=config["rounds"],
+        callbacks=[RayTrainReportCallback(frequency=1)],  # a checkpoint per round
+    )
+
+
+def validating_loop(config: dict) -> None:
+    """Report a checkpoint asking Ray to validate it (Ray 2.51 .. 2.53's
+    ``validate_fn``)."""
+    ray.train.report(
+        {"step": 0},
+        checkpoint=_state_checkpoint({"step": 0}),
+        validate_fn=lambda checkpoint, validate_config: {"score": 1.0},
+    )
 
 
 def dataset_loop(config: dict) -> None:
