@@ -103,16 +103,13 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_ray(args: argparse.Namespace) -> int:
-    from ray_tt_ext._compat import ray_check, versions
+    from ray_tt_ext._compat import ray_check, train_mode, versions
 
     missing = ray_check.missing_ray_attributes()
-    by_part = {p: [m for m in missing if m.part == p] for p in ray_check.PARTS}
-    checked = {p: 0 for p in ray_check.PARTS}
-    for entry in ray_check.RAY_OVERRIDES:
-        if ray_check.applies(entry):
-            checked[ray_check.part_of(entry)] += 1
     print(
-        f"ray=={versions.RAY_VERSION} (ray_tt_ext supports >={versions.MIN_RAY_VERSION},<{versions.MAX_RAY_VERSION})"
+        f"ray=={versions.RAY_VERSION} (ray_tt_ext supports "
+        f">={versions.MIN_RAY_VERSION},<{versions.MAX_RAY_VERSION}; ray_tt_ext.v2 "
+        f">={train_mode.MIN_TRAIN_V2_RAY_VERSION})"
     )
     labels = {
         ray_check.TUNE: "Ray Tune (both Tuners)",
@@ -120,21 +117,26 @@ def _cmd_check_ray(args: argparse.Namespace) -> int:
         ray_check.TRAIN_V2: "Ray Train V2 (ray_tt_ext.v2)",
     }
     for part, label in labels.items():
-        if part == ray_check.TRAIN_V2 and not checked[part]:
-            print(f"{label}: needs ray>=2.51 (not looked up)")
+        looked_up = {
+            e.ray
+            for e in ray_check.RAY_OVERRIDES
+            if ray_check.part_of(e) == part and ray_check.applies(e)
+        }
+        if not looked_up:
+            print(
+                f"{label}: needs ray>={train_mode.MIN_TRAIN_V2_RAY_VERSION} (not looked up)"
+            )
             continue
-        found = checked[part] - len({m.entry.ray for m in by_part[part]})
-        print(
-            f"{label}: {'missing ' + str(len(by_part[part])) if by_part[part] else 'ok'}"
-            f" ({found} of the attributes looked up are there)"
-        )
-        for m in by_part[part]:
+        lacks = [m for m in missing if m.part == part]
+        verdict = f"missing {len(lacks)} of {len(looked_up)}" if lacks else "ok"
+        print(f"{label}: {verdict} ({len(looked_up)} Ray attributes looked up)")
+        for m in lacks:
             print(f"  - {m}")
     if missing:
         print(
-            "\nray_tt_ext refuses to start a Tuner on this Ray "
-            "(UnsupportedRayVersionError). Fix: install a supported release "
-            "(docs/compatibility.md)."
+            "\nConstructing a Tuner that builds on a missing attribute raises "
+            "ray_tt_ext.UnsupportedRayVersionError before any trial starts. Fix: "
+            "install a release listed in docs/compatibility.md."
         )
     return EXIT_OVER_LIMIT if missing else EXIT_OK
 

@@ -611,6 +611,25 @@ def _path(checkpoint: Any) -> str:
     return checkpoint.path.rstrip("/")
 
 
+def _workers_of(group: Any) -> list:
+    """A worker group's workers, if it started (controller's event loop)."""
+    return group.get_workers() if group is not None and group.has_started() else []
+
+
+class _RunWideIndices(dict):
+    """Ray's ``CheckpointManager._checkpoint_to_report_index`` of a trial's run on Ray
+    < 2.54 (:meth:`TrialController._number_reports_across_groups`): Ray sets the
+    current worker group's number of a checkpoint, which is stored as the run's
+    (the group's base added). Controller's event loop."""
+
+    def __init__(self, controller: Any, *args: Any) -> None:
+        super().__init__(*args)
+        self._controller = controller
+
+    def __setitem__(self, checkpoint: Any, group_index: int) -> None:
+        super().__setitem__(checkpoint, self._controller._index_base + group_index)
+
+
 #: Between polls of a worker group whose training function has ended (seconds).
 _FINISHING_POLL_S = 0.05
 #: How many such quick polls before the controller's usual interval again.
@@ -677,8 +696,6 @@ class TrialController(_V2.TrainController):
         #: run's current worker group adds to its numbers (_start_worker_group).
         self._last_index = 0
         self._index_base = 0
-        #: Ray < 2.54: the run's report index of each checkpoint it recorded.
-        self._recorded_order: dict[str, int] = {}
         self._ended = False
         self._aborting = False  # abort() cancels the run's loop
         self._quick_polls = 0
@@ -699,7 +716,7 @@ class TrialController(_V2.TrainController):
             for callback in self._worker_group_callbacks_to_propagate
         ]
         if not _V2.RUN_WIDE_REPORT_INDEX:
-            self._keep_report_order_in_snapshot()
+            self._number_reports_across_groups()
         if replay_after is not None:
             self._replay(replay_after)
 
@@ -778,18 +795,26 @@ class TrialController(_V2.TrainController):
                         for c in self._worker_group_callbacks_to_propagate
                     ),
                 )
-        workers = group.get_workers() if group is not None and group.has_started() else []
-        super()._shutdown_worker_group()
-        # Ray 2.51 .. 2.53 end a group's workers with __ray_terminate__ and kill
-        # only those that do not answer it in time: a worker whose report() waits
-        # in commit_report answers, and its process lives on, holding its bundle
-        # of the trial's placement group (the next group's workers then wait for
-        # ever). Ray 2.54+ kill them all anyway; kept workers are not killed.
-        kept = {id(w) for w in self._kept.workers} if self._kept is not None else set()
-        for worker in workers:
-            if id(worker) not in kept:
-                ray.kill(worker.actor)
-        self._notify_soon()  # reports waiting for the group's end return
+        workers = _workers_of(group)
+        try:
+            super()._shutdown_worker_group()
+        finally:
+            self._end_workers_left(workers)
+
+    def _end_workers_left(self, workers: list) -> None:
+        """After Ray shut a worker group down or aborted it (controller's event
+        loop): its reports still waiting for Tune raise (:meth:`commit_report`),
+        and on Ray < 2.54 (``WORKERS_LEFT_AT_SHUTDOWN``) its workers are killed:
+        Ray ends them with ``__ray_terminate__`` and kills only those that do not
+        answer in time; a worker whose ``report()`` waits answers, and its process
+        lives on, holding its bundle of the trial's placement group (the next
+        group's workers would wait for it for ever). Kept workers live on."""
+        if _V2.WORKERS_LEFT_AT_SHUTDOWN:
+            kept = {id(w) for w in self._kept.workers} if self._kept is not None else set()
+            for worker in workers:
+                if id(worker) not in kept:
+                    ray.kill(worker.actor)
+        self._notify_soon()
 
     def _replay(self, tune_checkpoint_path: str) -> None:
         """Hand the trial first the checkpoints the run recorded after Tune's own
@@ -805,16 +830,24 @@ class TrialController(_V2.TrainController):
         manager = self._checkpoint_manager
         results = list(manager._checkpoint_results)
         order = manager._checkpoint_to_report_index
-        if all(r.checkpoint in order for r in results):
-            # the report index it was recorded at
-            indices = {_path(r.checkpoint): order[r.checkpoint] + 1 for r in results}
-        else:  # Ray < 2.54: the snapshot keeps no report indices (see _report_order)
-            indices = self._report_order(results)
-            self._recorded_order = dict(indices)
-            self._last_index = max(indices.values(), default=0)
-        recorded = sorted(results, key=lambda r: indices[_path(r.checkpoint)])
-        paths = [_path(r.checkpoint) for r in recorded]
         tune_path = tune_checkpoint_path.rstrip("/")
+        if not all(r.checkpoint in order for r in results):
+            # Ray < 2.54, a snapshot without ray_tt_ext's entry (a run from before
+            # it): without a score, Ray's list is in the order the run recorded it.
+            if manager._checkpoint_config.checkpoint_score_attribute is None:
+                for position, result in enumerate(results):
+                    dict.__setitem__(order, result.checkpoint, position)
+                self._last_index = len(results)
+            else:  # in the score's order: only its latest is known to be the last
+                latest = manager.latest_checkpoint_result
+                if latest is not None and _path(latest.checkpoint) != tune_path:
+                    self._last_index += 1
+                    self._pending.append(
+                        (self._last_index, dict(latest.metrics), latest.checkpoint)
+                    )
+                return
+        recorded = sorted(results, key=lambda r: order[r.checkpoint])
+        paths = [_path(r.checkpoint) for r in recorded]
         if tune_path in paths:
             newer = recorded[paths.index(tune_path) + 1 :]
         elif tune_path:  # Tune's is one the run dropped since: its latest only
@@ -822,17 +855,26 @@ class TrialController(_V2.TrainController):
         else:
             newer = recorded
         for result in newer:
-            index = indices[_path(result.checkpoint)]
+            index = order[result.checkpoint] + 1  # the report index it was recorded at
             self._pending.append((index, dict(result.metrics), result.checkpoint))
 
-    def _report_order(self, results: list) -> dict[str, int]:
-        """The report index each of the restored ``results`` was recorded at, on Ray <
-        2.54 (controller's event loop, at a restore): from ray_tt_ext's entry of
-        the run's snapshot (:meth:`_keep_report_order_in_snapshot`); for a
-        snapshot without it, the order of Ray's list (the order the run recorded
-        them, without a ``checkpoint_score_attribute``; with one, Ray's list is
-        in the score's order, and only its latest is known to be the last)."""
+    def _number_reports_across_groups(self) -> None:
+        """Ray < 2.54 (``RUN_WIDE_REPORT_INDEX`` off), whose worker groups number
+        their reports from 1 each and whose checkpoint manager's snapshot keeps
+        no report indices. Runs in the controller's event loop, once Ray's
+        checkpoint manager restored the run's snapshot.
+
+        Ray's ``CheckpointManager._checkpoint_to_report_index`` (its ties in a
+        score's order, and :meth:`_replay`'s order) becomes the run's
+        (:class:`_RunWideIndices`: a group's numbers count on from the run's
+        last report, as Ray 2.54+ number them), and extends
+        ``CheckpointManager._save_state`` (when Ray saves the snapshot, with each
+        checkpoint it records) to add each listed checkpoint's index under
+        :data:`_REPORT_ORDER_KEY` (Ray's own reading ignores it), read back
+        here at a restore."""
         manager = self._checkpoint_manager
+        indices = _RunWideIndices(self, manager._checkpoint_to_report_index)
+        manager._checkpoint_to_report_index = indices
         storage = manager._storage_context
         saved: dict[str, int] = {}
         try:
@@ -840,40 +882,25 @@ class TrialController(_V2.TrainController):
                 storage.checkpoint_manager_snapshot_path
             ) as f:
                 saved = json.loads(f.read()).get(_REPORT_ORDER_KEY) or {}
-        except Exception:
-            logger.debug("No report order in the run's snapshot", exc_info=True)
-        paths = [_path(r.checkpoint) for r in results]
-        if paths and all(p in saved for p in paths):
-            return {p: int(saved[p]) for p in paths}
-        by_score = manager._checkpoint_config.checkpoint_score_attribute is not None
-        latest = manager.latest_checkpoint_result
-        if by_score and latest is not None:
-            last = _path(latest.checkpoint)
-            return {p: len(paths) + 1 if p == last else 0 for p in paths}
-        return {p: i + 1 for i, p in enumerate(paths)}
-
-    def _keep_report_order_in_snapshot(self) -> None:
-        """Ray < 2.54, whose checkpoint manager's snapshot keeps no report indices:
-        wraps this run's ``CheckpointManager._save_state`` (controller's event loop,
-        when Ray saves the snapshot, with each checkpoint it records) to add the
-        run's report index of each checkpoint it lists, under
-        :data:`_REPORT_ORDER_KEY` (Ray's own reading ignores it), so that a
-        restore hands Tune what it lacks in the order the run recorded it
-        (:meth:`_replay`)."""
-        manager = self._checkpoint_manager
+        except Exception:  # no snapshot (a new run), or one without the entry
+            logger.debug("No report indices in the run's snapshot", exc_info=True)
+        restored = list(manager._checkpoint_results)
+        if manager.latest_checkpoint_result is not None:
+            restored.append(manager.latest_checkpoint_result)
+        for result in restored:
+            if _path(result.checkpoint) in saved:
+                dict.__setitem__(
+                    indices, result.checkpoint, int(saved[_path(result.checkpoint)])
+                )
+        self._last_index = max(indices.values(), default=-1) + 1
         rays = manager._save_state
 
         def save_state() -> str:
             state = json.loads(rays())
-            order = dict(self._recorded_order)
-            latest = manager._latest_checkpoint_result
-            if latest is not None:  # saved as Ray records it, before it is handed over
-                order.setdefault(
-                    _path(latest.checkpoint),
-                    self.run_report_index(manager._current_report_index + 1),
-                )
             listed = {_path(r.checkpoint) for r in manager._checkpoint_results}
-            state[_REPORT_ORDER_KEY] = {p: i for p, i in order.items() if p in listed}
+            state[_REPORT_ORDER_KEY] = {
+                _path(c): i for c, i in indices.items() if _path(c) in listed
+            }
             return json.dumps(state)
 
         manager._save_state = save_state
@@ -972,9 +999,12 @@ class TrialController(_V2.TrainController):
     async def commit_report(self, report_index: int) -> None:
         """A worker's report ``report_index`` is in its result queue: poll now, and
         return once the run recorded it (Ray's checkpoint manager: its snapshot
-        is in storage) and Tune took it (:meth:`report_taken`). Called by every worker after each
-        ``ray.train.report`` (see ``_train_v2.PolicyTrainFn``), whose ``report()``
-        returns only then; runs on the controller's event loop (trial actor)."""
+        is in storage) and Tune took it (:meth:`report_taken`); raise if the
+        worker group is shut down or the run ends first (its workers are being
+        ended: a ``report()`` never returns unless Tune took it). Called by every
+        worker after each ``ray.train.report`` (see ``_train_v2.PolicyTrainFn``),
+        whose ``report()`` returns only then; runs on the controller's event
+        loop (trial actor)."""
         self._woken.set()
         worker_group = self._worker_group
         report_index = self.run_report_index(report_index)
@@ -986,6 +1016,12 @@ class TrialController(_V2.TrainController):
                     or self._ended
                 )
             )
+            if self._taken_index < report_index:
+                raise RuntimeError(
+                    f"Report {report_index} of this run was not taken by Tune: its "
+                    "worker group was shut down or the run ended first. The run "
+                    "resumes from the last report Tune took, or a later one it recorded."
+                )
 
     def training_ended(self) -> None:
         """A worker's training function returned or raised: poll now, and quickly
@@ -997,8 +1033,6 @@ class TrialController(_V2.TrainController):
         """Rank 0's consolidated report, after Ray's checkpoint manager recorded it
         (``TuneReportBridge.after_report``, in the controller's event loop)."""
         self._last_index = max(self._last_index, report[0])
-        if report[2] is not None and not _V2.RUN_WIDE_REPORT_INDEX:
-            self._recorded_order[_path(report[2])] = report[0]
         self._pending.append(report)
         self._notify_soon()
 
@@ -1058,11 +1092,13 @@ class TrialController(_V2.TrainController):
             return
         self._before_abort()
         self._aborting = True
+        workers = _workers_of(self._worker_group)
         try:
             if self._worker_group:
                 self._worker_group.abort()
         except Exception as e:
             logger.exception("Error aborting worker group: %s", e)
+        self._end_workers_left(workers)
         try:
             self._set_state(_V2.AbortedState())
         except Exception as e:

@@ -28,11 +28,12 @@ for v in "${versions[@]}"; do
   start=$(date +%s)
   verdict="$(scripts/compat.sh "$v" | tail -1)"
   seconds=$(( $(date +%s) - start ))
-  printf '%s in %s s\ncommit %s\n' "$verdict" "$seconds" "$commit" > "$row"
+  printf '%s in %s s on %s at %s\ncommit %s\n' "$verdict" "$seconds" "$(date +%F)" \
+    "$commit" "$commit" > "$row"
   head -1 "$row"
 done
 : > compat_results/matrix.txt
 for v in "${versions[@]}"; do head -1 "compat_results/rows/$v.txt" >> compat_results/matrix.txt; done
-python3 scripts/render_compatibility.py --commit "$commit" compat_results/matrix.txt
+python3 scripts/render_compatibility.py compat_results/matrix.txt
 echo; cat compat_results/matrix.txt
 ! grep -q ": FAIL" compat_results/matrix.txt

@@ -6,7 +6,8 @@
 ``--commit`` names the commit the verdicts were run on (default: HEAD).
 
 A verdict line is ``ray 2.60.0: PASS (tests/ 270 passed, 33 skipped; tests/v2 75
-passed) in 845 s``. Rows of Ray versions not in the input are kept. What the
+passed) in 845 s on 2026-12-06 at 1370021`` (its wall time, date and commit:
+scripts/matrix.sh writes them; without them, today and ``--commit``). Rows of Ray versions not in the input are kept. What the
 page says about the supported releases comes from the package's own constants
 (read from its source, not imported), and ``tests/test_compat_map.py`` checks
 that the page, the errors and ``RAY_OVERRIDES`` agree. Standard library only.
@@ -25,7 +26,7 @@ TSV = ROOT / "docs" / "compatibility.tsv"
 MD = ROOT / "docs" / "compatibility.md"
 LINE = re.compile(
     r"^ray (?P<version>\S+): (?P<verdict>PASS|FAIL)(?: \((?P<summary>.*)\))?"
-    r"(?: in (?P<seconds>\d+) s)?"
+    r"(?: in (?P<seconds>\d+) s)?(?: on (?P<date>\S+) at (?P<commit>\S+))?"
 )
 COLUMNS = ["ray", "pins", "verdict", "summary", "date", "commit", "seconds"]
 
@@ -222,8 +223,8 @@ def main(argv: list[str]) -> int:
                     pins(v),
                     m["verdict"],
                     m["summary"] or "",
-                    today,
-                    commit,
+                    m["date"] or today,
+                    m["commit"] or commit,
                     m["seconds"] or "",
                 ]
     TSV.parent.mkdir(exist_ok=True)

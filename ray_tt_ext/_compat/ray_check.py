@@ -133,7 +133,10 @@ def _name_of(obj: Any) -> str:
 
 
 def _sets_on_self(cls: type, name: str) -> bool:
-    """Whether a method of ``cls`` (or a base from Ray) sets ``self.<name>``."""
+    """Whether a method of ``cls`` (or a base from Ray) sets ``self.<name>``; also
+    ``True`` for a class of a module installed without its ``.py`` file (only
+    its ``.pyc``: what cannot be read is not called missing). A compiled
+    extension's class keeps its attributes on the class."""
     pattern = re.compile(rf"\bself\.{re.escape(name)}\s*(:[^=\n]*)?=[^=]")
     for klass in cls.__mro__:
         if klass is object or not klass.__module__.startswith("ray."):
@@ -141,6 +144,9 @@ def _sets_on_self(cls: type, name: str) -> bool:
         try:
             source = inspect.getsource(klass)
         except (OSError, TypeError):
+            module_file = getattr(sys.modules.get(klass.__module__), "__file__", "") or ""
+            if module_file.endswith(".pyc"):
+                return True
             continue
         if pattern.search(source):
             return True
@@ -149,8 +155,10 @@ def _sets_on_self(cls: type, name: str) -> bool:
 
 def _resolve_in_source(module_name: str, qualname: str) -> str:
     spec = importlib.util.find_spec(module_name)
-    if spec is None or not spec.origin or not spec.origin.endswith(".py"):
+    if spec is None or not spec.origin:
         raise ImportError(f"No module named {module_name!r}")
+    if not spec.origin.endswith(".py"):  # no source to read: not called missing
+        return qualname
     with open(spec.origin, encoding="utf-8") as f:
         body: list[ast.stmt] = ast.parse(f.read()).body
     where = f"module {module_name!r}"
@@ -197,6 +205,10 @@ def missing_ray_attributes(
             resolve(entry.ray)
         except (AttributeError, ImportError) as e:
             missing[entry.ray] = MissingRayAttribute(entry, str(e))
+        except Exception as e:  # a Ray module that fails to import: named too
+            missing[entry.ray] = MissingRayAttribute(
+                entry, f"importing it raised {type(e).__name__}: {e}"
+            )
     return list(missing.values())
 
 
@@ -209,7 +221,9 @@ def check_ray_attributes(what: str, train: Optional[str] = None) -> None:
     Ray lacks of those that ``what`` (a Tuner) builds on: Ray Tune's, and with
     ``train`` (``"v1"`` or ``"v2"``) that Ray Train's. Runs where the Tuner is
     constructed or restored, on the driver or the Ray Client client, before any
-    trial starts; looked up once per process (:func:`forget_checks` looks again)."""
+    trial starts; looked up once per process (:func:`forget_checks` looks again).
+    Under Ray Client this looks at the client's Ray (its version must be the
+    cluster's, as Ray Client requires)."""
     parts: tuple[str, ...] = (TUNE,)
     if train is not None:
         parts += ({"v1": TRAIN_V1, "v2": TRAIN_V2}[train],)
@@ -228,8 +242,11 @@ def forget_checks() -> None:
 
 
 def unsupported_message(what: str, missing: list[MissingRayAttribute]) -> str:
-    """What :func:`check_ray_attributes` and ``check-ray`` say about ``missing``."""
+    """What :func:`check_ray_attributes` says about ``missing``."""
     lines = "\n".join(f"  - {m}" for m in missing)
+    low = MIN_RAY_VERSION
+    if any(m.part == TRAIN_V2 for m in missing):
+        from ray_tt_ext._compat.train_mode import MIN_TRAIN_V2_RAY_VERSION as low
     in_range = MIN_RAY_VERSION.release <= RAY_VERSION.release < MAX_RAY_VERSION.release
     why = (
         "a build of Ray that differs from its release (a fork, a nightly)"
@@ -239,7 +256,7 @@ def unsupported_message(what: str, missing: list[MissingRayAttribute]) -> str:
     return (
         f"{what} builds on {len(missing)} Ray attribute(s) that the installed "
         f"ray=={RAY_VERSION} lacks ({why}):\n{lines}\n"
-        f"Nothing was started. Fix: pip install 'ray[tune,train]>={MIN_RAY_VERSION},"
+        f"Nothing was started. Fix: pip install 'ray[tune,train]>={low},"
         f"<{MAX_RAY_VERSION}' (a release listed in docs/compatibility.md); "
         "`python -m ray_tt_ext check-ray` lists what this Ray lacks."
     )

@@ -155,6 +155,23 @@ RUN_WIDE_REPORT_INDEX: bool = (
     in inspect.signature(RayTrainWorker.init_train_context).parameters
 )
 
+
+def _source_has(function: Any, text: str, unknown: bool) -> bool:
+    """Whether ``function``'s source has ``text`` (``unknown`` without its source)."""
+    try:
+        return text in inspect.getsource(function)
+    except (OSError, TypeError):
+        return unknown
+
+
+#: Whether a worker group's shutdown may leave a worker's process alive (Ray <
+#: 2.54: ``state._shutdown_workers`` ends them with ``__ray_terminate__`` and
+#: kills only those that do not answer it in time; a worker whose ``report()``
+#: waits answers it, and lives on); Ray 2.54+ kill every worker.
+WORKERS_LEFT_AT_SHUTDOWN: bool = _source_has(
+    worker_group_state_module._shutdown_workers, "__ray_terminate__", unknown=True
+)
+
 try:  # what a barrier kept in the controller raises once closed (Ray 2.56+)
     from ray.train.v2._internal.execution.checkpoint.sync_actor import (
         SynchronizationBarrierResetError,
@@ -254,6 +271,7 @@ __all__ = [
     "DATASET_MANAGER_PER_GROUP",
     "EXECUTION_GROUP_HOOKS",
     "RUN_WIDE_REPORT_INDEX",
+    "WORKERS_LEFT_AT_SHUTDOWN",
     "RayTrainWorker",
     "BackendSetupCallback",
     "CheckpointConfig",

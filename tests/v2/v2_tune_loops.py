@@ -110,7 +110,8 @@ def dying_loop(config: dict) -> None:
     """``steps`` reports, each with a checkpoint holding its step (rank 0's; every
     rank's shard with ``sharded``), without a pause anywhere.
 
-    Once (``marker``), right after the report of step ``die_after`` returned on
+    Once per step of ``die_after`` (a step, or a list of them; ``marker`` lists
+    the steps it died at), right after the report of that step returned on
     rank ``victim_rank``, ``victim`` dies: ``"worker"`` (this process exits),
     ``"controller"`` or ``"trial"`` (the run's controller's process or the Tune trial
     actor, killed with SIGKILL; this worker then waits to be stopped);
@@ -131,15 +132,23 @@ def dying_loop(config: dict) -> None:
     restored = restored_state()
     start = restored["step"] + 1 if restored else 0
     marker, victim = config["marker"], config["victim"]
+    die_after = config["die_after"]
+    die_after = set(die_after) if isinstance(die_after, (list, tuple)) else {die_after}
+    died = set()
+    if os.path.exists(marker):
+        with open(marker) as f:
+            died = {int(line) for line in f if line.strip()}
     # Looked up first, so that the kill comes microseconds after report() returned.
     pids = _compat.train_run_pids() if victim in ("controller", "trial") else {}
     for step in range(start, config["steps"]):
-        dies_now = (
-            step == config["die_after"]
-            and rank == (config.get("victim_rank") or 0)
-            and not os.path.exists(marker)
-        )
-        metrics = {"step": step, "start": start, "rank": rank, "worker_pid": os.getpid()}
+        dies_now = step in die_after - died and rank == (config.get("victim_rank") or 0)
+        metrics = {
+            "step": step,
+            "start": start,
+            "rank": rank,
+            "worker_pid": os.getpid(),
+            "loss": (step * 7) % 4,  # not in the steps' order: 0, 3, 2, 1
+        }
         checkpoint = None
         if rank == 0 or config.get("sharded"):
             filename = "state.json" if rank == 0 else f"shard_{rank}.json"
@@ -150,7 +159,7 @@ def dying_loop(config: dict) -> None:
         if dies_now and victim == "upload":
 
             def die_uploading(checkpoint, checkpoint_dir_name):
-                open(marker, "w").close()
+                _mark_death(marker, step)  # noqa: B023  (called in this step)
                 os._exit(1)
 
             kwargs["checkpoint_upload_fn"] = die_uploading
@@ -158,12 +167,17 @@ def dying_loop(config: dict) -> None:
         if config.get("upload") == "async":
             ray.train.report(dict(metrics, after_upload=True))
         if dies_now and victim != "upload":
-            open(marker, "w").close()
+            _mark_death(marker, step)
             if victim == "worker":
                 os._exit(1)
             if victim != "driver":  # else the test kills the driver
                 os.kill(pids[victim], signal.SIGKILL)
             threading.Event().wait()  # until this worker is stopped with its run
+
+
+def _mark_death(marker: str, step: int) -> None:
+    with open(marker, "a") as f:
+        f.write(f"{step}\n")
 
 
 def _drain_this_node() -> None:
