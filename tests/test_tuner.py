@@ -522,7 +522,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
     ``_GIVEN_UP_PATIENCE_S`` to be created, and one that cannot be is removed then."""
     from ray.air.execution.resources.request import ResourceRequest
 
-    from ray_tt_ext._compat import core
+    from ray_tt_ext._compat import tune_loop
     from rtt_testing import (
         assert_every_cpu_free,
         placement_group_ids,
@@ -530,7 +530,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
         wait_until,
     )
 
-    manager = core._PlacementGroupsRemovedOnceCreated()
+    manager = tune_loop._PlacementGroupsRemovedOnceCreated()
     one_cpu = ResourceRequest([{"CPU": 1}])
 
     def next_resource_event() -> None:  # Tune's loop: RayActorManager.next
@@ -577,7 +577,7 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
 
     # The end of a fit: a created one no trial took, two requests still pending,
     # one that no node can hold.
-    monkeypatch.setattr(core, "_GIVEN_UP_PATIENCE_S", 3.0)
+    monkeypatch.setattr(tune_loop, "_GIVEN_UP_PATIENCE_S", 3.0)
     before = placement_group_ids()
     manager.request_resources(one_cpu)
     next_resource_event()
@@ -595,9 +595,9 @@ def test_tune_removes_a_placement_group_it_gave_up_only_once_created(
 
     # A ray_tt_ext fit's Tune loop uses it; a plain ray.tune.Tuner's keeps Ray's.
     made = []
-    init = core._PlacementGroupsRemovedOnceCreated.__init__
+    init = tune_loop._PlacementGroupsRemovedOnceCreated.__init__
     monkeypatch.setattr(
-        core._PlacementGroupsRemovedOnceCreated,
+        tune_loop._PlacementGroupsRemovedOnceCreated,
         "__init__",
         # a new manager (its clear() inits it again); no reference kept to it
         lambda self, *a, **k: (

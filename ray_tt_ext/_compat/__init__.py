@@ -8,7 +8,8 @@ A package, a module per concern: ``versions`` (the supported range, and the
 names that differ between Ray releases; imported first, it refuses an
 unsupported Ray before anything imports ``ray.train``), ``core`` (Ray's core
 and Tune's driver), ``train_mode`` (Train V1 or V2, and V2 configs converted),
-``train_v1`` (the training workers' session, the executor host's process),
+``tune_loop`` (Tune's controller and placement groups in a fit), ``train_v1``
+(the training workers' session, the executor host's process),
 ``train_v2`` and ``train_v2_bridge`` (Ray Train V2's internals, typed, imported
 on demand: ``from ray_tt_ext._compat import train_v2``) and ``overrides``
 (``RAY_OVERRIDES``, the map of every Ray method ray_tt_ext changes) and
@@ -68,7 +69,6 @@ from ray_tt_ext._compat.core import (
     release_out_of_band_pins,
     set_experiment_storage_context_cls,
     train_run_pids,
-    tune_controller_fixed,
 )
 from ray_tt_ext._compat.train_mode import (
     AirScalingConfig,
@@ -104,6 +104,7 @@ from ray_tt_ext._compat.overrides import (
     RayOverride,
 )
 from ray_tt_ext._compat.ray_check import check_ray_attributes
+from ray_tt_ext._compat.tune_loop import tune_controller_fixed
 
 # Ray's own names that the other modules take from here.
 import ray.cloudpickle as ray_cloudpickle
