@@ -76,6 +76,25 @@ def _speaking_for_tuner_of_trainer(trainable: Any) -> Iterator[None]:
             logger.warning(TUNER_OF_TRAINER_NOTICE)
 
 
+#: CPUs a trial of a trainer with ``datasets`` keeps free for its Ray Data pipeline
+#: by default: Ray Data's streaming executor runs its read and map tasks outside
+#: the trial's placement group, and makes no progress without a free CPU for one.
+DEFAULT_DATA_CPUS_PER_TRIAL = 1.0
+
+
+def _check_data_cpus_per_trial(value: Any) -> None:
+    """``data_cpus_per_trial``: ``None`` or a number >= 0 (driver or client)."""
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+        raise ValueError(
+            f"data_cpus_per_trial must be a number of CPUs >= 0, got {value!r}. Fix: "
+            "the CPUs each trial of a trainer with datasets keeps free for its Ray "
+            "Data pipeline (0 keeps none, as Ray Tune does; None: "
+            f"{DEFAULT_DATA_CPUS_PER_TRIAL:g})."
+        )
+
+
 class _TunerInternal(TunerInternal):
     """Ray's ``TunerInternal`` with once-only conversion, a payload guard and
     the checkpoint policy.
@@ -89,12 +108,13 @@ class _TunerInternal(TunerInternal):
         *,
         payload_limit: Optional[int] = None,
         storage_context_cls: Optional[type[StorageContext]] = None,
+        data_cpus_per_trial: Optional[float] = None,
         trainable_converter: Optional[Callable[[Any, Any], Any]] = None,
         **kwargs: Any,
     ):
-        """Extends Ray's ``TunerInternal.__init__`` with ``payload_limit`` and
-        ``storage_context_cls``, both checked before Ray's runs (nothing is
-        written on bad input), and ``trainable_converter``
+        """Extends Ray's ``TunerInternal.__init__`` with ``payload_limit``,
+        ``storage_context_cls`` and ``data_cpus_per_trial``, checked before Ray's
+        runs (nothing is written on bad input), and ``trainable_converter``
         (``converter(trainable, owner)``: a Tune trainable, or ``None`` to leave
         it to this class; ``ray_tt_ext.v2.Tuner`` converts Train V2 trainers with
         it). Runs on the driver (or the Ray Client Tuner actor).
@@ -111,12 +131,15 @@ class _TunerInternal(TunerInternal):
                 "storage_context_cls must be a subclass of ray_tt_ext.StorageContext, "
                 f"got {storage_context_cls!r}."
             )
+        _check_data_cpus_per_trial(data_cpus_per_trial)
         self._storage_context_cls = storage_context_cls
         self._payload_limit = payload_limit
+        self._data_cpus_per_trial = data_cpus_per_trial
         # What this call was given; on restore it wins over tuner.pkl's values.
         self._explicit = {
             "_payload_limit": payload_limit,
             "_storage_context_cls": storage_context_cls,
+            "_data_cpus_per_trial": data_cpus_per_trial,
         }
         self._guarded_trainable: Any = None
         # The registry name a fit used when another fit held the trainable's own
@@ -260,7 +283,7 @@ class _TunerInternal(TunerInternal):
                 self._run_config.checkpoint_config, self._storage_context_cls
             ),
             self._executor_hosts(trainable),
-            _compat.tune_controller_fixed(),
+            _compat.tune_controller_fixed(self._data_cpus(trainable)),
         ):
             own_name = name is None or name == registry_name(trainable)
             if name is not None and not self._is_restored:
@@ -302,6 +325,22 @@ class _TunerInternal(TunerInternal):
             return super().fit()
         finally:
             self._converted_trainable = trainable
+
+    def _data_cpus(self, trainable: Any) -> Optional[_compat.DataCpus]:
+        """What each trial of this fit keeps free for its Ray Data pipeline: for a
+        trainer with ``datasets``, ``data_cpus_per_trial`` (default
+        :data:`DEFAULT_DATA_CPUS_PER_TRIAL`) besides what its placement group
+        takes (``_compat.tune_loop``); ``None`` for anything else, or 0. Runs on
+        the driver (or the Ray Client Tuner actor)."""
+        trainer = getattr(self, "_trainable", None)
+        keep = getattr(self, "_data_cpus_per_trial", None)
+        if keep is None:
+            keep = DEFAULT_DATA_CPUS_PER_TRIAL
+        if not getattr(trainer, "datasets", None) or not keep or isinstance(trainable, str):
+            return None
+        request = trainable.default_resource_request({})
+        trial_cpus = float(request.required_resources.get("CPU", 0.0))
+        return _compat.DataCpus(type(trainer).__name__, trial_cpus, float(keep))
 
     def _executor_hosts(self, trainable: Any) -> Any:
         """The fit's shared executor hosts, for a trainer with a remote executor.
@@ -448,6 +487,13 @@ class Tuner(ray.tune.Tuner):
         storage_context_cls: A subclass of :class:`ray_tt_ext.StorageContext`
             with a checkpoint index/name policy of your own, for this Tuner's
             experiment only. Not needed for ``ray_tt_ext.CheckpointConfig``.
+        data_cpus_per_trial: For a trainer with ``datasets``: the CPUs each
+            trial keeps free for its Ray Data pipeline, which runs outside the
+            trial's placement group. Trials start only while the fit's trials
+            and their pipelines' CPUs fit the cluster (more as it grows;
+            ``max_concurrent_trials`` stays a maximum), so that their pipelines
+            never wait for ever. Default (``None``): 1. ``0`` keeps none, as
+            Ray Tune does.
 
     Function and class trainables work whatever the Train version; a V1
     trainer needs Train V1 (the first Train V1 name taken from ``ray_tt_ext`` turns it
@@ -469,6 +515,7 @@ class Tuner(ray.tune.Tuner):
         run_config: Optional[Any] = None,
         payload_limit: Optional[int] = None,
         storage_context_cls: Optional[type[StorageContext]] = None,
+        data_cpus_per_trial: Optional[float] = None,
         _tuner_kwargs: Optional[dict] = None,
         _tuner_internal: Optional[Any] = None,
         _entrypoint: AirEntrypoint = AirEntrypoint.TUNER,
@@ -497,6 +544,7 @@ class Tuner(ray.tune.Tuner):
                     run_config=_compat.to_train_v1(run_config),
                     payload_limit=payload_limit,
                     storage_context_cls=storage_context_cls,
+                    data_cpus_per_trial=data_cpus_per_trial,
                     _tuner_kwargs=_tuner_kwargs,
                     _entrypoint=_entrypoint,
                 )
@@ -547,14 +595,15 @@ class Tuner(ray.tune.Tuner):
         *,
         payload_limit: Optional[int] = None,
         storage_context_cls: Optional[type[StorageContext]] = None,
+        data_cpus_per_trial: Optional[float] = None,
     ) -> Tuner:
         """Restore a run, as Ray's ``Tuner.restore``, returning a ``ray_tt_ext.Tuner``.
 
         Replaces Ray's ``Tuner.restore`` (which builds Ray's ``TunerInternal``);
         runs on the driver (or the Ray Client client).
 
-        The trainable (or trainer) is converted once. ``payload_limit`` and
-        ``storage_context_cls`` as in the constructor.
+        The trainable (or trainer) is converted once. ``payload_limit``,
+        ``storage_context_cls`` and ``data_cpus_per_trial`` as in the constructor.
         """
         cls._check_trainable(trainable)
         if isinstance(trainable, BaseTrainer):
@@ -578,6 +627,7 @@ class Tuner(ray.tune.Tuner):
                 storage_filesystem=storage_filesystem,
                 payload_limit=payload_limit,
                 storage_context_cls=storage_context_cls,
+                data_cpus_per_trial=data_cpus_per_trial,
             )
         )
         return cls(_tuner_internal=internal)

@@ -668,3 +668,45 @@ def train_v2_is_rays_default() -> bool:
         check=True,
     ).stdout
     return out.strip().endswith("True")
+
+
+def rows_loop(config: dict) -> None:
+    """A training loop (Train V1 or V2) that reads this worker's shard of ``train``
+    (its Ray Data pipeline) and reports its rows; rank 0 records when it ran
+    in ``config["log_dir"]`` (``started-<lr>`` when it starts, ``<lr>.json``
+    with its start, end and rows). With ``config["wait_for"]`` (a file), rank 0
+    waits for it first, up to 120 s."""
+    import ray.train
+
+    rank = ray.train.get_context().get_world_rank()
+    started = time.time()
+    if rank == 0:  # for a test that acts once a trial runs
+        open(os.path.join(config["log_dir"], f"started-{config['lr']}"), "w").close()
+    wait_for = config.get("wait_for")
+    if rank == 0 and wait_for:
+        deadline = time.monotonic() + 120
+        while not os.path.exists(wait_for) and time.monotonic() < deadline:
+            time.sleep(0.1)  # the test's signal, polled
+    rows = sum(1 for _ in ray.train.get_dataset_shard("train").iter_rows())
+    if rank == 0:
+        record = {"lr": config["lr"], "start": started, "end": time.time(), "rows": rows}
+        path = os.path.join(config["log_dir"], f"{config['lr']}.json")
+        with open(path, "w") as f:
+            json.dump(record, f)
+    ray.train.report({"rows": rows})
+
+
+def ran_when(log_dir: Any) -> list[tuple[float, float]]:
+    """When each trial of a :func:`rows_loop` sweep ran: ``(start, end)``, sorted."""
+    records = [json.loads(p.read_text()) for p in Path(log_dir).glob("*.json")]
+    return sorted((r["start"], r["end"]) for r in records)
+
+
+def trials_at_once(intervals: list[tuple[float, float]]) -> int:
+    """The most of ``intervals`` that overlap at one moment."""
+    events = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
+    running = most = 0
+    for _, change in events:
+        running += change
+        most = max(most, running)
+    return most

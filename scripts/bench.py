@@ -31,6 +31,11 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   ``train_loop_config`` (100 MiB; 16 MiB with --quick) and 3 reports, beside
   ``ray_tt_ext.Tuner(trainer).fit()`` and upstream Ray's ``trainer.fit()``: time
   and the size of Tune's JSON files. Goals: fit / Tuner <= 1.1, JSON <= 1 MiB.
+* ``data_trials``: a sweep over a trainer with ``datasets`` under ``v2.Tuner`` on 4
+  CPUs (2-worker trials, ``max_concurrent_trials=2``), which ray_tt_ext runs one
+  trial at a time so that each trial's Ray Data pipeline keeps a CPU, beside the
+  best a user could set by hand (``max_concurrent_trials=1``): fit() time, 5
+  alternating pairs of 4 trials (1 of 2 with --quick). Goal: <= 1.1.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
   over a trainer with a large ``train_loop_config``, each deleted and
   garbage-collected before the next (4 x 300 MiB; 3 x 64 MiB with --quick),
@@ -70,6 +75,7 @@ from ray_tt_ext import Tuner  # noqa: E402,F401  (the first name: Train V1 on, b
 import ray  # noqa: E402
 import ray.cloudpickle  # noqa: E402
 import rtt_bench  # noqa: E402
+from rtt_bench.data_trials import bench_data_trials  # noqa: E402
 from rtt_bench.executor import bench_executor  # noqa: E402
 from rtt_bench.executor_trials import bench_executor_trials  # noqa: E402
 from rtt_bench.lifetime import bench_lifetime  # noqa: E402
@@ -96,11 +102,20 @@ SECTIONS = {
     "s3": bench_s3,
     "v2_trials": bench_v2_trials,
     "reuse_trials": bench_reuse_trials,
+    "data_trials": bench_data_trials,
     "train_loop_config": bench_train_loop_config,
 }
 
 # Sections that start (and stop) Ray themselves, in the setups they measure.
-_OWN_RAY = {"executor", "executor_trials", "lifetime", "s3", "v2_trials", "reuse_trials"}
+_OWN_RAY = {
+    "executor",
+    "executor_trials",
+    "lifetime",
+    "s3",
+    "v2_trials",
+    "reuse_trials",
+    "data_trials",
+}
 
 
 def measured_commit() -> str:

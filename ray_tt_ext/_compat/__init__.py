@@ -104,7 +104,7 @@ from ray_tt_ext._compat.overrides import (
     RayOverride,
 )
 from ray_tt_ext._compat.ray_check import check_ray_attributes
-from ray_tt_ext._compat.tune_loop import tune_controller_fixed
+from ray_tt_ext._compat.tune_loop import DataCpus, tune_controller_fixed
 
 # Ray's own names that the other modules take from here.
 import ray.cloudpickle as ray_cloudpickle
@@ -143,6 +143,7 @@ __all__ = [
     "BaseTrainer",
     "CHECKPOINT_DIR_NAME",
     "CSVLoggerCallback",
+    "DataCpus",
     "DataParallelTrainer",
     "Experiment",
     "FUNCTION_SIZE_ERROR_THRESHOLD",

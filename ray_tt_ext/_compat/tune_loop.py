@@ -9,12 +9,16 @@ resource manager is :class:`_PlacementGroupsRemovedOnceCreated`; a plain
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import contextvars
+import dataclasses
+import logging
+import math
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Optional
 
 import ray
 from ray.air.execution.resources.placement_group import (
@@ -22,6 +26,8 @@ from ray.air.execution.resources.placement_group import (
 )
 from ray.tune.execution.tune_controller import TuneController as _RayTuneController
 from ray.tune.experiment import Trial as _Trial
+
+logger = logging.getLogger("ray_tt_ext")
 
 # -- Tune's placement groups: none removed while it is being created (driver) -------
 
@@ -145,9 +151,149 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
                 self._remove_ready(ready)
 
 
+# -- Trials that leave their Ray Data pipelines CPUs (driver) -----------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class DataCpus:
+    """What a fit's trials keep free for their Ray Data pipelines: ``data_cpus``
+    CPUs each, besides the ``trial_cpus`` its placement group takes (a trial
+    of ``what``, a trainer with ``datasets``)."""
+
+    what: str
+    trial_cpus: float
+    data_cpus: float
+
+
+def _cpus(resource_request: Any) -> float:
+    return float(resource_request.required_resources.get("CPU", 0.0))
+
+
+#: How long the cluster's CPU count is kept before it is read again (seconds).
+_CLUSTER_CPUS_TTL_S = 1.0
+
+
+class _TrialsLeavingDataCpus(_PlacementGroupsRemovedOnceCreated):
+    """:class:`_PlacementGroupsRemovedOnceCreated` for a fit whose trainer has
+    ``datasets`` (Tune's loop: driver, or the Ray Client Tuner actor).
+
+    A trial's Ray Data pipeline runs its tasks outside the trial's placement
+    group, on the CPUs no placement group holds: trials whose workers take every
+    CPU leave their pipelines none, and the sweep waits for ever (Ray Data's
+    ``backpressured:tasks(ResourceBudget)`` at 0 rows; ray-project/ray#29662).
+    Here a trial's placement group is requested only when the fit's placement
+    groups (requested, created and taken), its own, and ``data_cpus`` per
+    trial for each of their pipelines fit the cluster's CPUs, read again as
+    the cluster grows; else the request waits, in order, and the trial stays
+    PENDING, until a trial ends or the cluster grows. One trial is always let
+    run (:func:`check_data_cpus` refuses a fit where even one cannot). Said
+    once per fit, in one log line, when a trial first waits.
+    """
+
+    def __init__(
+        self, update_interval_s: float = 0.1, data_cpus: Optional[DataCpus] = None
+    ) -> None:
+        super().__init__(update_interval_s=update_interval_s)
+        self._data = data_cpus
+        #: The requests that wait for CPUs (Tune sees them as not ready).
+        self._waiting: collections.deque = collections.deque()
+        self._cluster_cpus_read = (0.0, -math.inf)
+        self._said = False
+
+    def _cluster_cpus(self) -> float:
+        cpus, at = self._cluster_cpus_read
+        if time.monotonic() - at > _CLUSTER_CPUS_TTL_S:
+            cpus = float(ray.cluster_resources().get("CPU", 0.0))
+            self._cluster_cpus_read = (cpus, time.monotonic())
+        return cpus
+
+    def _fits(self, resource_request: Any) -> bool:
+        """Whether the fit's placement groups, this one and each one's data CPUs
+        fit the cluster's CPUs (always, with no other placement group)."""
+        if not self._pg_to_request:
+            return True
+        keep = self._data.data_cpus if self._data is not None else 0.0
+        requests = [*self._pg_to_request.values(), resource_request]
+        need = sum(_cpus(r) + keep for r in requests)
+        return need <= self._cluster_cpus() + 1e-9
+
+    def request_resources(self, resource_request: Any) -> None:
+        """Extends Ray's ``PlacementGroupResourceManager.request_resources`` (Tune's
+        loop): a request that does not fit waits (:meth:`update_state` makes it
+        once it does), behind any that wait already."""
+        if self._data is None or (not self._waiting and self._fits(resource_request)):
+            return super().request_resources(resource_request)
+        self._waiting.append(resource_request)
+        self._say_once(resource_request)
+
+    def update_state(self) -> None:
+        """Extends :meth:`_PlacementGroupsRemovedOnceCreated.update_state`: the
+        requests that wait and fit now are made, in order."""
+        super().update_state()
+        while self._waiting and self._fits(self._waiting[0]):
+            super().request_resources(self._waiting.popleft())
+
+    def cancel_resource_request(self, resource_request: Any) -> None:
+        """Extends :meth:`_PlacementGroupsRemovedOnceCreated.cancel_resource_request`:
+        a request that waits is dropped (nothing was made for it)."""
+        if resource_request in self._waiting:
+            self._waiting.remove(resource_request)
+            return
+        super().cancel_resource_request(resource_request)
+
+    def clear(self) -> None:
+        """Extends :meth:`_PlacementGroupsRemovedOnceCreated.clear` (a fit's end)."""
+        self._waiting.clear()
+        super().clear()
+
+    def _say_once(self, resource_request: Any) -> None:
+        if self._said or self._data is None:
+            return
+        self._said = True
+        data, cluster = self._data, self._cluster_cpus()
+        per_trial = _cpus(resource_request) + data.data_cpus
+        at_once = max(1, int((cluster + 1e-9) // per_trial)) if per_trial else 1
+        logger.warning(
+            "ray_tt_ext: %s has datasets, so each of its trials keeps %g CPU free for "
+            "its Ray Data pipeline besides the %g its placement group takes: on this "
+            "cluster's %g CPUs, %d trial(s) run at once (more as the cluster grows; "
+            "max_concurrent_trials stays a maximum). Change it with "
+            "ray_tt_ext.Tuner(..., data_cpus_per_trial=N) (0 keeps none, as Ray Tune "
+            "does: then trials can take every CPU and their pipelines wait for ever).",
+            data.what,
+            data.data_cpus,
+            _cpus(resource_request),
+            cluster,
+            at_once,
+        )
+
+
+def check_data_cpus(data: DataCpus) -> None:
+    """Refuse a fit none of whose trials could run with its pipeline's CPUs: one
+    trial's placement group and its data CPUs exceed the cluster's CPUs
+    (driver, or the Ray Client Tuner actor, when Tune's controller is made:
+    before any trial starts)."""
+    cluster = float(ray.cluster_resources().get("CPU", 0.0))
+    need = data.trial_cpus + data.data_cpus
+    if need > cluster + 1e-9:
+        raise ValueError(
+            f"The trials of {data.what} cannot run on this cluster: each takes "
+            f"{data.trial_cpus:g} CPU for its placement group (its workers and "
+            f"trainer) and keeps {data.data_cpus:g} CPU free for its Ray Data "
+            f"pipeline, {need:g} in all, and the cluster has {cluster:g} CPUs. "
+            "Nothing was started. Fix: fewer workers or fewer CPUs per worker "
+            "(ScalingConfig), a bigger cluster, or a lower "
+            "ray_tt_ext.Tuner(..., data_cpus_per_trial=...) (0 keeps none: the "
+            "pipeline then needs CPUs that no trial holds)."
+        )
+
+
 # -- Tune's controller: a pause while saving left a STOP (driver) -----------------
 
 _FIXED = contextvars.ContextVar("ray_tt_ext_tune_controller_fixed", default=False)
+_DATA_CPUS: contextvars.ContextVar[Optional[DataCpus]] = contextvars.ContextVar(
+    "ray_tt_ext_data_cpus", default=None
+)
 _CONTROLLER_PATCH_LOCK = threading.Lock()
 
 
@@ -161,10 +307,19 @@ class _TuneController(_RayTuneController):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         """Extends Ray's ``TuneController.__init__`` (driver, or the Ray Client Tuner
         actor): inside :func:`tune_controller_fixed`, and unless a resource manager
-        was given, Tune's placement groups are :class:`_PlacementGroupsRemovedOnceCreated`'s."""
+        was given, Tune's placement groups are :class:`_PlacementGroupsRemovedOnceCreated`'s
+        (:class:`_TrialsLeavingDataCpus`'s for a trainer with datasets, once
+        :func:`check_data_cpus` let the fit run)."""
         fixed = _FIXED.get()
         if fixed and kwargs.get("resource_manager_factory") is None:
-            kwargs["resource_manager_factory"] = _PlacementGroupsRemovedOnceCreated
+            data = _DATA_CPUS.get()
+            if data is None:
+                kwargs["resource_manager_factory"] = _PlacementGroupsRemovedOnceCreated
+            else:
+                check_data_cpus(data)
+                kwargs["resource_manager_factory"] = lambda: _TrialsLeavingDataCpus(
+                    data_cpus=data
+                )
         super().__init__(*args, **kwargs)
         self._rtt_fixed_pause = fixed
 
@@ -192,10 +347,11 @@ class _TuneController(_RayTuneController):
 
 
 @contextlib.contextmanager
-def tune_controller_fixed() -> Iterator[None]:
+def tune_controller_fixed(data_cpus: Optional[DataCpus] = None) -> Iterator[None]:
     """Tune's controllers made in this thread within the block drop the STOP
     that a pause while saving leaves, and remove no placement group while it
-    is being created (:class:`_TuneController`).
+    is being created (:class:`_TuneController`); with ``data_cpus``, their trials
+    leave their Ray Data pipelines CPUs (:class:`_TrialsLeavingDataCpus`).
 
     Patches ``ray.tune.tune.TuneController`` (the name ``tune.run`` makes its
     controller with) once, with a subclass that behaves as Ray's outside such
@@ -208,7 +364,9 @@ def tune_controller_fixed() -> Iterator[None]:
         if not getattr(tune_module.TuneController, "_rtt_patched", False):
             tune_module.TuneController = _TuneController
     token = _FIXED.set(True)
+    data_token = _DATA_CPUS.set(data_cpus)
     try:
         yield
     finally:
+        _DATA_CPUS.reset(data_token)
         _FIXED.reset(token)

@@ -355,6 +355,28 @@ def render(sections: dict[str, Any]) -> str:
                     lines += ["", f"**{kind}**"] + table
             if (NOTES / "reuse_trials.md").exists():
                 lines += ["", "### Notes", "", _notes("reuse_trials")]
+        elif name == "data_trials":
+            lines += [
+                f"A sweep of {data['trials']} trials over a `ray_tt_ext.v2.DataParallelTrainer` "
+                'with 2 workers of 1 CPU and `datasets={"train": ray.data.range(200)}` '
+                "on a local Ray with 4 CPUs, each run in a process of its own: `kept`, "
+                "`TuneConfig(max_concurrent_trials=2)` with ray_tt_ext keeping 1 CPU per "
+                "trial for its Ray Data pipeline (it runs one trial at a time; without it "
+                "the two trials take every CPU and the sweep never ends), beside "
+                "`by_hand`, the best a user could set by hand (`max_concurrent_trials=1`, "
+                f"nothing kept). {data['pairs']} alternating pairs; times are medians, the "
+                "ratio the median of the pairs' ratios. Goal: kept / by_hand <= 1.1: "
+                f"**{data['ratio']:.3f}, {'met' if data['ratio'] <= 1.1 else 'not met'}** "
+                f"(pairs: {', '.join(f'{r:.3f}' for r in data['pair_ratios'])}).",
+                "",
+                "| flavour | fit() | most trials at once |",
+                "| --- | --- | --- |",
+            ]
+            for flavour in ("kept", "by_hand"):
+                lines.append(
+                    f"| {flavour} | {data['seconds'][flavour]:.1f} s "
+                    f"| {data['at_once'][flavour]} |"
+                )
         elif name == "train_loop_config":
             lines += [
                 f"A 1-worker V1 trainer with {format_bytes(data['attached_bytes'])} of numpy "
