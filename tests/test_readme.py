@@ -1,4 +1,5 @@
-"""Every Python example in the README runs, as written, and prints what it says.
+"""Every Python example in the README and the user guide (docs/guide/) runs, as
+written, and prints what it says.
 
 The examples run as ``__main__`` scripts in fresh interpreters with Ray's
 defaults (``RAY_TRAIN_V2_ENABLED`` and ``RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS``
@@ -21,7 +22,10 @@ import pytest
 
 from ray_tt_ext import _compat
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+#: The README and the user guide's pages: every Python example of each runs.
+SOURCES = [README, *sorted((ROOT / "docs" / "guide").glob("*.md"))]
 BLOCK = re.compile(r"^( *)```python\n(.*?)^\1```", re.M | re.S)
 EXPECTED = re.compile(r"^\s*print\(.*\)\s+# (.+)$", re.M)
 
@@ -36,7 +40,8 @@ pytestmark = [
 
 def _examples() -> list[str]:
     blocks = []
-    for indent, body in BLOCK.findall(README.read_text()):
+    text = "\n".join(source.read_text() for source in SOURCES)
+    for indent, body in BLOCK.findall(text):
         lines = [
             line[len(indent) :] if line.startswith(indent) else line
             for line in body.splitlines()
