@@ -51,14 +51,14 @@ def _registered_form(obj: Any) -> tuple[Any, Optional[str]]:
     A Trainer instance is not what Tune sends to the GCS; its Tune trainable
     is. Built with Ray's ``BaseTrainer._generate_trainable_cls``, which does not
     measure (the CLI measures it with its own limit). A Train V2 trainer is
-    measured by what its ``fit()`` sends (``_train_v2`` registers that view).
+    measured by what its ``fit()`` sends (``v2._train`` registers that view).
     """
     from ray_tt_ext import _compat
 
     if isinstance(obj, _compat.BaseTrainer):
         return obj._generate_trainable_cls(), f"the Tune trainable of {type(obj).__name__}"
     if _compat.is_train_v2_trainer(obj):
-        from ray_tt_ext import _train_v2  # noqa: F401  (registers the V2 trainer view)
+        from ray_tt_ext.v2 import _train  # noqa: F401  (registers the V2 trainer view)
     return obj, None
 
 

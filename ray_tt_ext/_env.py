@@ -13,7 +13,7 @@ import os
 #: The environment variable Ray reads to pick Train V1 ("0") or V2 ("1").
 V2_ENV_VAR = "RAY_TRAIN_V2_ENABLED"
 
-#: ray_tt_ext's switch for kept workers under ``reuse_actors`` (``_tune_v2``);
+#: ray_tt_ext's switch for kept workers under ``reuse_actors`` (``v2._tuner``);
 #: a Ray Client's Tuner actor gets the client's value (``_tuner``).
 REUSE_WORKERS_ENV_VAR = "RAY_TT_EXT_REUSE_WORKERS"
 

@@ -1,4 +1,4 @@
-"""Checkpoint naming rules, shared by Train V1 (``_storage``) and Train V2 (``_train_v2``).
+"""Checkpoint naming rules, shared by Train V1 (``_storage``) and Train V2 (``v2._train``).
 
 Two pieces, one implementation each:
 
@@ -21,7 +21,7 @@ Rules (also in the README and docs/guide.md):
   (``{loss:.2f}`` of NaN gives ``nan``). They cannot be an index.
 
 Runs wherever a checkpoint is named: Tune trial actors and Train V1 workers
-(through ``_storage``), Train V2 training workers (through ``_train_v2``),
+(through ``_storage``), Train V2 training workers (through ``v2._train``),
 the driver. Imports no other ray_tt_ext module (no trainer, Tuner, storage
 or executor code reaches a worker through it).
 """

@@ -1,7 +1,7 @@
 """A trainer's constructor arguments in the object store, put once per conversion.
 
 Shared by the Train V1 trainers (``_trainer``) and ``ray_tt_ext.v2.Tuner``'s
-V2 trainers (``_v2_trial``): what Tune registers for a trainer holds a
+V2 trainers (``v2._trial``): what Tune registers for a trainer holds a
 reference, never the data, and the data lives as long as its owner (the
 Tuner that converted the trainer). Runs on the driver; copies unpickled in
 trial actors are plain references.

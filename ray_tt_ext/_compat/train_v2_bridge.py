@@ -1,5 +1,5 @@
 """Ray Train V2's controller, worker group and callback classes that
-``ray_tt_ext.v2.Tuner(trainer)`` builds on (``_v2_trial``, ``_v2_controller``).
+``ray_tt_ext.v2.Tuner(trainer)`` builds on (``v2._trial``, ``v2._controller``).
 
 Imported on demand, in the Tune trial actor and the run's controller actor
 (never on a training worker): importing it on a Ray whose Train V2 lacks one
@@ -66,7 +66,7 @@ try:  # in every Train V2 release (2.51 .. 2.60)
         "ray.train.v2._internal.callbacks.datasets"
     )
     #: The modules whose names a trial's controller replaces in its process
-    #: (``_v2_controller``): ``worker_group`` starts Ray's ``SynchronizationActor``
+    #: (``v2._controller``): ``worker_group`` starts Ray's ``SynchronizationActor``
     #: per worker group (and, before Ray 2.54, creates its placement group),
     #: ``state`` kills and removes them.
     worker_group_module = importlib.import_module(
@@ -214,10 +214,10 @@ def controller_env_vars() -> dict[str, str]:
 
 def reusable_backend(backend_config: Any) -> bool:
     """Whether a worker group of this backend can run another trial's training
-    function once its backend's ``on_shutdown`` ran (``_v2_controller``'s kept
+    function once its backend's ``on_shutdown`` ran (``v2._controller``'s kept
     workers): Ray's base ``BackendConfig`` (its ``on_start`` does nothing) and
     ``TorchConfig`` (the next run keeps the process group, or Ray's ``on_start``
-    makes a new one once the old one is destroyed: ``_v2_controller``'s
+    makes a new one once the old one is destroyed: ``v2._controller``'s
     ``_TorchSetupKeepingItsGroup``). Any other backend's
     state (XGBoost's tracker, JAX's distributed runtime) is not known to
     survive, so its workers are never kept."""

@@ -19,10 +19,10 @@
    steps did not, and which of the first worker's it could not import.
 
 How a ``ray_tt_ext.v2`` worker comes to load them: its training function
-(``_train_v2.PolicyTrainFn``, pickled by reference) imports ``_train_v2``
+(``v2._train.PolicyTrainFn``, pickled by reference) imports ``v2._train``
 and, through it, ``_compat``; the trial actor's handle (its reports are
-committed through it) loads the trial class, whose module ``_v2_trial``
-imports ``_v2_controller``. The figures are of a plain interpreter, not of a
+committed through it) loads the trial class, whose module ``v2._trial``
+imports ``v2._controller``. The figures are of a plain interpreter, not of a
 Ray worker process: the order of imports decides which module is charged with
 a dependency they share. docs/benchmarks.md (section ``v2_trials``,
 "Memory") cites them.
@@ -44,9 +44,10 @@ ROOT = Path(__file__).resolve().parents[2]
 STEPS = [
     "ray.tune.trainable.function_trainable",  # the trial class's base (Tune's)
     "ray_tt_ext._compat",
-    "ray_tt_ext._train_v2",
-    "ray_tt_ext._v2_controller",
-    "ray_tt_ext._v2_trial",
+    "ray_tt_ext.v2._train",
+    "ray_tt_ext.v2._worker_group",
+    "ray_tt_ext.v2._controller",
+    "ray_tt_ext.v2._trial",
 ]
 
 

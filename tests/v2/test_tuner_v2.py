@@ -317,13 +317,13 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
 
     import numpy as np
 
-    from ray_tt_ext import _v2_trial
+    from ray_tt_ext.v2 import _trial
     from rtt_testing import object_store_used_mib, settled_object_store_used_mib
 
     conversions = []
-    real = _v2_trial.make_trainable_cls
+    real = _trial.make_trainable_cls
     monkeypatch.setattr(
-        _v2_trial,
+        _trial,
         "make_trainable_cls",
         lambda *a, **k: conversions.append(a[0]) or real(*a, **k),
     )

@@ -64,9 +64,9 @@ def test_sequential_names_num_to_keep_by_index_and_no_train_v1_module_on_workers
     result = trainer.fit()
     # A V2 training worker loads no Train V1 module of ray_tt_ext.
     loaded = set(result.metrics["modules"].split(","))
-    assert "ray_tt_ext._train_v2" in loaded  # the worker did unpickle ray_tt_ext.v2's code
+    assert "ray_tt_ext.v2._train" in loaded  # the worker did unpickle ray_tt_ext.v2's code
     v1 = {f"ray_tt_ext.{m}" for m in ("_storage", "_trainer", "_tuner", "_executor")}
-    assert not loaded & (v1 | {"ray_tt_ext._frameworks", "ray_tt_ext._tune_v2"}), loaded
+    assert not loaded & (v1 | {"ray_tt_ext._frameworks", "ray_tt_ext.v2._tuner"}), loaded
     run_dir = os.path.join(storage_path, "seq")
     assert folders(run_dir) == ["checkpoint_000002", "checkpoint_000003"]
     assert os.path.basename(result.checkpoint.path) == "checkpoint_000003"
@@ -367,7 +367,7 @@ def test_param_space_merges_train_loop_config_and_scaling_config_key_by_key():
     """docs/guide.md, "Tuner(trainer) on Train V2": ``train_loop_config`` and
     ``scaling_config`` are merged key by key (nested dicts too), any other key
     replaces the argument; the trainer's own arguments are left alone."""
-    from ray_tt_ext._v2_arguments import merged_kwargs
+    from ray_tt_ext.v2._arguments import merged_kwargs
 
     scaling = ray.train.ScalingConfig(num_workers=1, resources_per_worker={"CPU": 2})
     base = {
@@ -412,7 +412,7 @@ def test_the_v2_tuner_refuses_a_v1_trainer_with_the_fix():
 def test_tunes_own_retention_wins_over_the_trainers(tmp_path):
     """docs/guide.md, "Tuner(trainer) on Train V2": Tune's retention is the
     trainer's unless Tune's ``CheckpointConfig`` sets its own."""
-    from ray_tt_ext._tune_v2 import _tune_run_config
+    from ray_tt_ext.v2._tuner import _tune_run_config
 
     trainer = v2.DataParallelTrainer(
         lambda: None,
@@ -443,7 +443,7 @@ def test_run_folder_rules_without_a_run(tmp_path):
     folder, with no run."""
     import pyarrow.fs
 
-    from ray_tt_ext._train_v2 import _RunFolder
+    from ray_tt_ext.v2._train import _RunFolder
     from rtt_testing import CountingFileSystem
 
     root = str(tmp_path / "run")
@@ -554,7 +554,7 @@ def test_a_name_that_ignores_the_index_is_refused_not_looped_on(tmp_path):
     """A template that ignores the index and renders a name again is refused."""
     import pyarrow.fs
 
-    from ray_tt_ext._train_v2 import _RunFolder
+    from ray_tt_ext.v2._train import _RunFolder
 
     policy = v2.CheckpointConfig(checkpoint_dir_name="loss_{loss:.2f}")
     folder = _RunFolder(pyarrow.fs.LocalFileSystem(), str(tmp_path), policy, set)

@@ -43,8 +43,8 @@ from ray_tt_ext._payload import (
 from ray_tt_ext._payload import inspect_payload as _inspect_payload
 
 if TYPE_CHECKING:
-    from ray_tt_ext._train_v2 import CheckpointConfig, DataParallelTrainer
-    from ray_tt_ext._tune_v2 import Tuner
+    from ray_tt_ext.v2._train import CheckpointConfig, DataParallelTrainer
+    from ray_tt_ext.v2._tuner import Tuner
 
 
 def inspect_payload(
@@ -52,9 +52,9 @@ def inspect_payload(
 ) -> PayloadReport:
     """``ray_tt_ext.inspect_payload``; a Train V2 trainer (Ray's own too) is measured
     by what its ``fit()`` sends to the controller: its training function and
-    ``train_loop_config`` (the view ``_train_v2`` registers with the inspector)."""
+    ``train_loop_config`` (the view ``_train`` registers with the inspector)."""
     if _compat.is_train_v2_trainer(obj):
-        from ray_tt_ext import _train_v2  # noqa: F401  (registers the V2 trainer view)
+        from ray_tt_ext.v2 import _train  # noqa: F401  (registers the V2 trainer view)
     return _inspect_payload(obj, name=name, min_bytes=min_bytes)
 
 
@@ -68,15 +68,11 @@ def __getattr__(name: str) -> Any:
     if _compat.RAY_VERSION.release < _compat.MIN_TRAIN_V2_RAY_VERSION.release:
         ensure_train_v2(f"ray_tt_ext.v2.{name}")  # raises UnsupportedRayVersionError
     if name == "Tuner":
-        from ray_tt_ext._tune_v2 import Tuner as value  # noqa: N813
+        from ray_tt_ext.v2._tuner import Tuner as value  # noqa: N813
     else:
-        from ray_tt_ext import _train_v2
+        from ray_tt_ext.v2 import _train
 
-        value = (
-            _train_v2.torch_trainer()
-            if name == "TorchTrainer"
-            else getattr(_train_v2, name)
-        )
+        value = _train.torch_trainer() if name == "TorchTrainer" else getattr(_train, name)
     globals()[name] = value
     return value
 

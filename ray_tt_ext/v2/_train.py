@@ -339,7 +339,7 @@ class _NamingTrainFnUtils(_V2.DistributedTrainFnUtils):
 class ControllerBarrier:
     """Ray Train V2's ``SynchronizationActor`` handle, for a ``ray_tt_ext.v2.Tuner``
     trial's worker group: the barrier of that group, kept in the run's
-    controller (``_v2_controller.TrialController.barrier_call``) instead of an
+    controller (``_controller.TrialController.barrier_call``) instead of an
     actor of its own (a Python process fewer per trial).
 
     Made in the run's controller (trial actor) per worker group; travels to the group's
@@ -398,7 +398,7 @@ class NoDatasetShards:
 
 def _committing_controller() -> Optional[Any]:
     """The run's controller, if it takes reports as they are made (the controller
-    of a ``ray_tt_ext.v2.Tuner`` trial: ``_v2_controller.TrialController``)."""
+    of a ``ray_tt_ext.v2.Tuner`` trial: ``_controller.TrialController``)."""
     try:
         controller = _V2.get_train_context().controller_actor
     except Exception:  # Ray's local mode: no controller
@@ -437,7 +437,7 @@ def _own_upload_pool(context: Any) -> None:
 
     Ray's default is one pool shared by every context of the process, which
     Ray shuts down when a training function returns: a worker kept for the
-    next trial (``_v2_controller``'s kept workers) would refuse that trial's
+    next trial (``_controller``'s kept workers) would refuse that trial's
     ``checkpoint_upload_mode=ASYNC`` uploads. Each run gets a pool of its own,
     of Ray's size; Ray shuts it down as it did the shared one."""
     shared = getattr(type(context), "checkpoint_upload_threadpool", None)

@@ -4,7 +4,7 @@ The Tune x Train V2 seam, driver side (or the Ray Client client). It builds on
 the V1 Tuner's machinery (once-only conversion, the payload guard, the
 checkpoint policy) and adds what Ray 2.51+ dropped: ``Tuner(trainer)`` for a
 Train V2 trainer, with V1's meaning of ``param_space``. The trial side is
-``_v2_trial`` (its run's controller: ``_v2_controller``); nothing here
+``_trial`` (its run's controller: ``_controller``); nothing here
 reaches a Train V2 training worker.
 """
 
@@ -30,20 +30,20 @@ logger = logging.getLogger("ray_tt_ext")
 
 
 def _bridge() -> Any:
-    """``_v2_trial``, imported when first needed: it builds on Ray Train V2
+    """``_trial``, imported when first needed: it builds on Ray Train V2
     internals checked on Ray 2.60 (``UnsupportedRayVersionError`` without them),
     which function and class trainables under ``v2.Tuner`` do not need."""
-    from ray_tt_ext import _v2_trial
+    from ray_tt_ext.v2 import _trial
 
-    return _v2_trial
+    return _trial
 
 
 def _arguments() -> Any:
-    """``_v2_arguments`` (a V2 trainer's arguments as ``param_space``), imported
+    """``_arguments`` (a V2 trainer's arguments as ``param_space``), imported
     when first needed, with Ray Train V2's config classes."""
-    from ray_tt_ext import _v2_arguments
+    from ray_tt_ext.v2 import _arguments
 
-    return _v2_arguments
+    return _arguments
 
 
 _WARNED_NO_RELEASE: list[bool] = []
@@ -60,7 +60,7 @@ def keep_workers_enabled() -> bool:
 
 def convert_v2_trainer(trainable: Any, owner: Any) -> Optional[type]:
     """A Train V2 trainer as its Tune trainable class, a function as Tune's with
-    :class:`_v2_trial.ReleasingTrial`; ``None`` for anything else.
+    :class:`_trial.ReleasingTrial`; ``None`` for anything else.
 
     The ``_TunerInternal`` converter of ``ray_tt_ext.v2.Tuner`` (driver, or the
     Ray Client Tuner actor), called once per assignment of the trainable. The

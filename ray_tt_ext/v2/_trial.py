@@ -6,11 +6,11 @@ Where each piece runs:
   stands for a V2 trainer: the trainer's class, its constructor arguments in
   the object store (``_params``), its base ``ScalingConfig``.
 * :class:`V2Trial` (the Tune trial actor): builds the trainer from those
-  arguments and the trial's hyperparameters (``_v2_arguments``), names the
+  arguments and the trial's hyperparameters (``_arguments``), names the
   Train run after the trial (its folder *is* the trial folder, so a retry or
   a restore continues the run), runs ``fit()`` in a thread and reports each of
   rank 0's reports to Tune, with the Train checkpoint itself (nothing copied).
-  The run's controller, ``_v2_controller``'s ``TrialController``, runs in this
+  The run's controller, ``_controller``'s ``TrialController``, runs in this
   actor's process too (``ControllerHost``), where Ray starts an actor for it;
   so this actor is an async actor, whose Tune calls run in a thread of their
   own and whose workers' calls reach the controller meanwhile.
@@ -38,24 +38,24 @@ from ray_tt_ext import _compat
 from ray_tt_ext._compat import train_v2_bridge as _V2
 from ray_tt_ext._naming import list_folders
 from ray_tt_ext._params import ObjectStoreParams
-from ray_tt_ext._train_v2 import PolicyTrainFn
-from ray_tt_ext._v2_arguments import (
+from ray_tt_ext.v2._arguments import (
     RETENTION,
     merged_kwargs,
     resource_request,
     trainer_kwargs,
 )
-from ray_tt_ext._v2_controller import (
+from ray_tt_ext.v2._controller import (
     ControllerHost,
     TuneReportBridge,
-    without_idle_dataset_manager,
 )
+from ray_tt_ext.v2._train import PolicyTrainFn
+from ray_tt_ext.v2._worker_group import without_idle_dataset_manager
 
 logger = logging.getLogger("ray_tt_ext")
 
 #: How long a stopped trial waits for Ray's abort of its run (Ray's pattern: then
 #: its controller actor is killed, its workers with it; the placement group it
-#: created stays until the driver removes it: ``_tune_v2._DeadControllersPlacementGroups``).
+#: created stays until the driver removes it: ``_tuner._DeadControllersPlacementGroups``).
 _ABORT_PATIENCE_S = 10.0
 #: How long a stopped or reset trial waits for the abort of its run's controller
 #: in its process: a worker group that is starting holds the controller's event
@@ -225,7 +225,7 @@ class _TrialRun:
         stops or resets the trial). Tune removes the trial's placement group; a
         run's own (Ray's pattern) goes with Ray's abort, or, if Ray's abort does
         not come in time, with the driver's sweep
-        (``_tune_v2._DeadControllersPlacementGroups``). ``stuck``: the
+        (``_tuner._DeadControllersPlacementGroups``). ``stuck``: the
         controller did not abort within ``_IN_PROCESS_ABORT_PATIENCE_S`` (a
         worker group still starting holds its loop): the actor is not reused.
 
@@ -415,7 +415,7 @@ class V2Trial(_compat.FunctionTrainable):
     # -- The workers' calls of the run's controller (ControllerHost) --------
 
     async def commit_report(self, report_index: int) -> None:
-        """A worker's ``TrialController.commit_report`` (see ``_train_v2``)."""
+        """A worker's ``TrialController.commit_report`` (see ``_train``)."""
         host = ControllerHost.of_this_process()
         return await host.call_controller("commit_report", report_index)
 
@@ -435,7 +435,7 @@ class V2Trial(_compat.FunctionTrainable):
     async def barrier_call(
         self, generation: int, method: str, /, *args: Any, **kwargs: Any
     ) -> Any:
-        """A worker group's barrier (``_train_v2.ControllerBarrier``):
+        """A worker group's barrier (``_train.ControllerBarrier``):
         ``TrialController.barrier_call``."""
         host = ControllerHost.of_this_process()
         return await host.call_barrier("barrier_call", generation, method, *args, **kwargs)
@@ -482,7 +482,7 @@ def _run_config_for_trial(run_config: Any, storage: Any, retention: dict[str, An
     checkpoints are the trial's and a retry or a restore continues the run.
     Its retention is Tune's (``retention``: ``num_to_keep`` and the score, the
     trainer's unless Tune's ``CheckpointConfig`` sets its own): Train keeps the
-    same list as Tune, and Tune deletes what both drop (see ``_v2_controller._tune_deletes``).
+    same list as Tune, and Tune deletes what both drop (see ``_worker_group._tune_deletes``).
     """
     run_config = run_config or _V2.RunConfig()
     checkpoint_config = run_config.checkpoint_config or _V2.CheckpointConfig()
@@ -501,7 +501,7 @@ def _resume_from(trainer: Any, tune_checkpoint: Any, storage: Any) -> Optional[s
 
     Another trial's (PBT moved one here): the workers'
     ``ray.train.get_checkpoint()`` returns it until the run reports a
-    checkpoint of its own (see ``_train_v2.PolicyTrainFn``): a folder already
+    checkpoint of its own (see ``_train.PolicyTrainFn``): a folder already
     in the trial folder never counts as one, so an older checkpoint of the run
     never wins over the one PBT chose.
 
