@@ -10,7 +10,7 @@ Two pieces, one implementation each:
   folder nobody recorded is lost progress, moved aside intact, never
   overwritten; a sequential index continues after the highest one on disk.
 
-Rules (also in the README and docs/guide.md):
+Rules (also in docs/guide/checkpoint-names.md):
 
 * A rendered name must be one safe path component: not empty, not ``.`` or
   ``..``, no ``/`` or ``\\``, no NUL or other control character, at most 255

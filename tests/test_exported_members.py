@@ -1,5 +1,5 @@
 """Lock the public surface: its names are a contract (`ray_tt_ext.__all__`, the
-names the README and docs/guide.md document); a rename or a removal fails here."""
+names the README and the user guide, docs/guide/, document); a rename or a removal fails here."""
 
 import pytest
 import ray.tune

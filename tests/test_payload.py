@@ -192,7 +192,7 @@ def test_paths_for_globals_keys_attributes_and_class_attributes():
     assert report.contributors[0].path == "Local.table"
 
     # A class defined by value pickles its bases by value too: the path goes
-    # through them (docs/guide.md, "The payload inspector and guard").
+    # through them (docs/guide/payload-guard.md, "The payload inspector and guard").
     child_cls = type("Child", (local_cls,), {"small": 1})
     report = inspect_payload(child_cls)
     assert report.contributors[0].path == "Child.<bases>[0].table"

@@ -157,7 +157,7 @@ def test_unsafe_names_are_rejected(name):
 
 @pytest.mark.quick
 def test_callable_policies_get_a_copy_of_the_metrics_and_the_same_checks():
-    """docs/guide.md, "Checkpoint indexing and naming": ``checkpoint_index`` and
+    """docs/guide/checkpoint-names.md, "Checkpoint indexing and naming": ``checkpoint_index`` and
     ``checkpoint_dir_name`` may be callables; what they return is checked as a
     metric's value or a template's rendering is."""
     metrics = {"step": 4, "loss": 0.25}
@@ -201,7 +201,7 @@ def test_persisted_index_reconciles_with_folders_on_disk(tmp_path):
 
 
 class EveryTenthStorageContext(StorageContext):
-    """A policy of one's own (docs/guide.md, "Your own policy"): the two hooks."""
+    """A policy of one's own (docs/guide/checkpoint-names.md, "Your own policy"): the two hooks."""
 
     def _next_checkpoint_index(self, metrics):
         return self.current_checkpoint_index + 10

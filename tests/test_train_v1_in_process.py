@@ -33,7 +33,7 @@ def test_ray_tt_ext_v2_refuses_a_train_v1_process_or_an_old_ray():
 @pytest.mark.quick
 @needs_v2_default  # Ray < 2.51's V2 config module lacks these classes and fields
 def test_v2_config_objects_convert_field_by_field_and_v2_only_settings_are_errors():
-    """docs/guide.md, "Import order": Train V2's config objects (what
+    """docs/guide/migrating.md, "Import order": Train V2's config objects (what
     ``from ray import train`` binds before the first ray_tt_ext name) become the V1
     classes field by field, nested ones too; a V2-only setting left at a value
     other than its default is an error naming it; Ray's own V1 trainers given a

@@ -203,7 +203,7 @@ def test_large_config_goes_to_object_store_once_per_tuner(
     assert len(carrying_weights) == 1
     assert conversions(spy_key) == 1
     # Tune's JSON files hold only param_space, never the trainer's
-    # train_loop_config (docs/guide.md, "Large values in train_loop_config").
+    # train_loop_config (docs/guide/payload-guard.md, "Large values in train_loop_config").
     written = {  # Tune's logs (each checkpoint's own .metadata.json holds the
         # trainer's metadata, as Ray documents: not a log)
         name: size

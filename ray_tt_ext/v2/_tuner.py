@@ -114,7 +114,7 @@ class _DeadControllersPlacementGroups(ray.tune.Callback):
     for them forever. A group the GCS has not created yet is left until it is
     created or, at the end of a fit, until the wait is over: removed while the
     GCS creates it, it can keep a raylet's CPUs for good (ray-project/ray#64693;
-    docs/guide.md, "No placement group removed while Ray creates it"); then it
+    docs/guide/troubleshooting.md, "No placement group removed while Ray creates it"); then it
     goes before any created one frees the CPUs it waits for.
     A Tune callback of every ``ray_tt_ext.v2.Tuner``; runs in
     the driver (or the Ray Client Tuner actor)."""

@@ -134,7 +134,7 @@ def test_a_reused_trial_actor_runs_the_next_trial_on_its_workers(storage_path, t
             with open(os.path.join(d, "state.json")) as f:
                 assert json.load(f)["key"] == k
 
-    # What carries over on a kept worker (docs/guide.md, "Reused workers"): module
+    # What carries over on a kept worker (docs/guide/train-v2.md, "Reused workers"): module
     # globals, environment variables, threads the loop left running; the
     # working directory is the new trial's.
     followers = [(k, r) for (k, r) in seen if trials_on[actor_of[k, r]].index(k) > 0]

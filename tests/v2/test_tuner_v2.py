@@ -340,7 +340,7 @@ def test_the_trainer_is_converted_once_and_what_tune_registers_is_small(
     results = tuner.fit()
     assert len(results) == 2 and not results.errors
     # Tune's JSON files hold only param_space, never the trainer's 64 MB
-    # train_loop_config (docs/guide.md, "Large values in train_loop_config").
+    # train_loop_config (docs/guide/payload-guard.md, "Large values in train_loop_config").
     from pathlib import Path
 
     written = {p: p.stat().st_size for p in Path(storage_path, "once").rglob("*.json")}

@@ -343,7 +343,7 @@ def test_the_v1_tuner_refuses_a_v2_trainer_with_the_fix():
 
 @pytest.mark.quick
 def test_v2_trainers_are_rays_classes_with_rays_constructor():
-    """docs/guide.md, "Train V2": ``v2.DataParallelTrainer`` and
+    """docs/guide/migrating.md, "Train V2": ``v2.DataParallelTrainer`` and
     ``v2.TorchTrainer`` are subclasses of Ray's V2 classes with Ray's
     constructor (same parameters, same defaults)."""
     import inspect
@@ -364,7 +364,7 @@ def test_v2_trainers_are_rays_classes_with_rays_constructor():
 
 @pytest.mark.quick
 def test_param_space_merges_train_loop_config_and_scaling_config_key_by_key():
-    """docs/guide.md, "Tuner(trainer) on Train V2": ``train_loop_config`` and
+    """docs/guide/train-v2.md, "Tuner(trainer) on Train V2": ``train_loop_config`` and
     ``scaling_config`` are merged key by key (nested dicts too), any other key
     replaces the argument; the trainer's own arguments are left alone."""
     from ray_tt_ext.v2._arguments import merged_kwargs
@@ -397,7 +397,7 @@ def test_param_space_merges_train_loop_config_and_scaling_config_key_by_key():
 
 @pytest.mark.quick
 def test_the_v2_tuner_refuses_a_v1_trainer_with_the_fix():
-    """docs/guide.md, "Train V2": a Train V1 trainer given to ``v2.Tuner`` is a
+    """docs/guide/migrating.md, "Train V2": a Train V1 trainer given to ``v2.Tuner`` is a
     ``TypeError`` naming the fix (Ray refuses to build one with Train V2 on, so
     the instance is made without its constructor, as an unpickled one would be)."""
     from ray.train.data_parallel_trainer import DataParallelTrainer as V1Trainer
@@ -410,7 +410,7 @@ def test_the_v2_tuner_refuses_a_v1_trainer_with_the_fix():
 
 @pytest.mark.quick
 def test_tunes_own_retention_wins_over_the_trainers(tmp_path):
-    """docs/guide.md, "Tuner(trainer) on Train V2": Tune's retention is the
+    """docs/guide/train-v2.md, "Tuner(trainer) on Train V2": Tune's retention is the
     trainer's unless Tune's ``CheckpointConfig`` sets its own."""
     from ray_tt_ext.v2._tuner import _tune_run_config
 
@@ -436,7 +436,7 @@ def test_tunes_own_retention_wins_over_the_trainers(tmp_path):
 
 @pytest.mark.quick
 def test_run_folder_rules_without_a_run(tmp_path):
-    """docs/guide.md, "Train V2": without ``v2.CheckpointConfig`` and without an
+    """docs/guide/migrating.md, "Train V2": without ``v2.CheckpointConfig`` and without an
     explicit name Ray's own name stays (and nothing is listed); the run folder is
     listed once per worker process; a NO_UPLOAD checkpoint's name counts as used
     and a sequential index moves past it. Rank 0's naming state, on a real local
@@ -472,7 +472,7 @@ def test_run_folder_rules_without_a_run(tmp_path):
     assert counting.counts["list"] == 1  # one listing for the process
 
     # A run folder that cannot be listed is an error naming it, and nothing is
-    # named (docs/guide.md, "Errors").
+    # named (docs/guide/troubleshooting.md, "Errors").
     failing = CountingFileSystem(pyarrow.fs.LocalFileSystem(), fail_listing=True)
     unlistable = _RunFolder(
         pyarrow.fs.PyFileSystem(failing),
