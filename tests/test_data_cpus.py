@@ -33,16 +33,15 @@ def _trainer(
 
 
 @pytest.mark.usefixtures("ray_start_4_cpus")
-@pytest.mark.parametrize(
-    "workers, trials, at_once", [(1, 3, 2), (2, 2, 1)], ids=["1_worker", "2_workers"]
-)
+@pytest.mark.parametrize("workers, trials, at_once", [(1, 3, 2)], ids=["1_worker"])
 def test_trials_over_datasets_run_as_many_as_leave_their_pipelines_cpus_and_finish(
     storage_path, tmp_path, caplog, workers, trials, at_once
 ):
     """4 CPUs, ``max_concurrent_trials`` as many as the trials, 1 CPU kept for each
     pipeline: 1-worker trials 2 at once (3 would leave one CPU for three
-    pipelines), not fewer; 2-worker trials one at a time; every row read; one
-    log line."""
+    pipelines), not fewer; every row read; one log line. (2-worker trials, one
+    at a time, and a growing cluster: tests/v2/test_data_cpus.py; the same
+    manager runs Tune's loop under both Tuners.)"""
     caplog.set_level(logging.WARNING, logger="ray_tt_ext")
     results = ray_tt_ext.Tuner(
         _trainer(tmp_path, workers=workers),
