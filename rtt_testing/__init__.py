@@ -675,18 +675,24 @@ def rows_loop(config: dict) -> None:
     (its Ray Data pipeline) and reports its rows; rank 0 records when it ran
     in ``config["log_dir"]`` (``started-<lr>`` when it starts, ``<lr>.json``
     with its start, end and rows). With ``config["wait_for"]`` (a file), rank 0
-    waits for it first, up to 120 s."""
+    waits for it first, up to 120 s; with ``config["together"]`` (a number),
+    until that many trials have started, up to 120 s (trials that may run at
+    once then run at once, however long each takes to start)."""
     import ray.train
 
     rank = ray.train.get_context().get_world_rank()
     started = time.time()
     if rank == 0:  # for a test that acts once a trial runs
         open(os.path.join(config["log_dir"], f"started-{config['lr']}"), "w").close()
-    wait_for = config.get("wait_for")
-    if rank == 0 and wait_for:
-        deadline = time.monotonic() + 120
-        while not os.path.exists(wait_for) and time.monotonic() < deadline:
-            time.sleep(0.1)  # the test's signal, polled
+    wait_for, together = config.get("wait_for"), config.get("together", 0)
+    deadline = time.monotonic() + 120
+    while rank == 0 and time.monotonic() < deadline:
+        started_n = sum(
+            1 for n in os.listdir(config["log_dir"]) if n.startswith("started-")
+        )
+        if (not wait_for or os.path.exists(wait_for)) and started_n >= together:
+            break
+        time.sleep(0.1)  # the test's signal and the other trials, polled
     rows = sum(1 for _ in ray.train.get_dataset_shard("train").iter_rows())
     if rank == 0:
         record = {"lr": config["lr"], "start": started, "end": time.time(), "rows": rows}

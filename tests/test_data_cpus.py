@@ -20,11 +20,11 @@ from rtt_testing import ran_when, rows_loop, trials_at_once
 
 
 def _trainer(
-    log_dir, workers: int, datasets: bool = True
+    log_dir, workers: int, datasets: bool = True, together: int = 0
 ) -> ray_tt_ext.DataParallelTrainer:
     return ray_tt_ext.DataParallelTrainer(
         rows_loop,
-        train_loop_config={"log_dir": str(log_dir)},
+        train_loop_config={"log_dir": str(log_dir), "together": together},
         datasets={"train": ray.data.range(200)} if datasets else None,
         scaling_config=ray.train.ScalingConfig(
             num_workers=workers, trainer_resources={"CPU": 0}
@@ -44,7 +44,8 @@ def test_trials_over_datasets_run_as_many_as_leave_their_pipelines_cpus_and_fini
     manager runs Tune's loop under both Tuners.)"""
     caplog.set_level(logging.WARNING, logger="ray_tt_ext")
     results = ray_tt_ext.Tuner(
-        _trainer(tmp_path, workers=workers),
+        # The trials that may run at once wait for each other before reading.
+        _trainer(tmp_path, workers=workers, together=at_once),
         param_space={
             "train_loop_config": {"lr": ray.tune.grid_search(list(range(trials)))}
         },

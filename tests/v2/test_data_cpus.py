@@ -99,7 +99,13 @@ def test_a_growing_cluster_runs_more_trials_at_once_once_the_cpus_are_there(
 
         trainer = v2.DataParallelTrainer(
             rows_loop,
-            train_loop_config={"log_dir": str(log_dir), "wait_for": str(signal)},
+            # Each trial reads its rows once the node joined and two trials run
+            # (two can, on 6 CPUs), so that the two run at once whatever their start.
+            train_loop_config={
+                "log_dir": str(log_dir),
+                "wait_for": str(signal),
+                "together": 2,
+            },
             datasets={"train": ray.data.range(200)},
             scaling_config=ray.train.ScalingConfig(num_workers=2),
         )
