@@ -78,7 +78,9 @@ def _documented_args(lines: list[str]) -> list[str]:
     return names
 
 
-def check_args(app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
+def check_args(
+    app: Any, what: str, name: str, obj: Any, options: Any, lines: list[str]
+) -> None:
     """Warn when the docstring's ``Args:`` names a parameter the signature lacks."""
     if what not in {"function", "method", "class"}:
         return
