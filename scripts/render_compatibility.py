@@ -129,6 +129,15 @@ def page(rows: list[list[str]]) -> str:
         for r in rows
         if r[2] == "PASS" and _minor_tuple(r[0]) >= _minor_tuple(MIN_TRAIN_V2)
     ]
+    have = {_minor(r[0]) for r in rows}
+    missing = sorted(
+        (
+            p.stem.removeprefix("ray-")
+            for p in (ROOT / "constraints").glob("ray-*.txt")
+            if p.stem.removeprefix("ray-") not in have
+        ),
+        key=_minor_tuple,
+    )
     lines = [
         "# Compatibility",
         "",
@@ -175,6 +184,7 @@ def page(rows: list[list[str]]) -> str:
         f"{MIN_TRAIN_V2} the `tests/v2` tests are skipped (the modules of `tests/`",
         "still run). The wall time is the row's, its venv's install included.",
         f"Train V2 rows that pass: {', '.join(v2_rows) or 'none'}.",
+        f"Ray minors with no row yet (not run at this commit): {', '.join(missing) or 'none'}.",
         "",
         "| Ray | pins | verdict | Train V1 (`tests/`) | Train V2 (`tests/v2`) "
         "| wall time | date | ray_tt_ext commit |",

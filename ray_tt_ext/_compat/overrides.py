@@ -20,8 +20,9 @@ class RayOverride:
     not called), patches (sets it on Ray's class), adds (a method of ours on a
     subclass of Ray's class, built on the private ``ray`` attribute), uses
     (reads it); ``where``: the process it runs in; ``checked``: the Ray
-    releases whose regression suite ran with it (the rows of
-    docs/compatibility.md, between ``since`` and ``until``); ``since``: the
+    releases whose regression suite ran with it (derived: the rows of
+    ``MATRIX_RAN`` between ``since`` and ``until``, ``"none"`` when no row is
+    there); ``since``: the
     oldest Ray release that has it (below 2.40, the oldest supported: 2.40;
     Train V2's: 2.51 or later); ``until``: the newest release ray_tt_ext uses
     it on (``None``: every release from ``since``), for the way an older Ray
@@ -32,12 +33,36 @@ class RayOverride:
     ours: str
     how: str
     where: str
-    checked: str = "2.40 .. 2.60"
+    checked: Optional[str] = None
     since: str = "2.40"
     until: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        if self.checked is None:
+            object.__setattr__(self, "checked", _ran_between(self.since, self.until))
 
-_V2_CHECKED = "2.51 .. 2.60"
+
+#: The Ray minors whose row of ``scripts/matrix.sh`` (docs/compatibility.md)
+#: passed at this round's commit: what each entry's ``checked`` is derived from
+#: (tests/test_compat_map.py holds it to the page's rows).
+MATRIX_RAN: tuple[str, ...] = ("2.40", "2.51", "2.60")
+
+
+def _minor_key(minor: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in minor.split("."))
+
+
+def _ran_between(since: str, until: Optional[str]) -> str:
+    """The range of ``MATRIX_RAN``'s minors from ``since`` to ``until``."""
+    ran = [
+        m
+        for m in MATRIX_RAN
+        if _minor_key(since) <= _minor_key(m) <= _minor_key(until or "9.99")
+    ]
+    return f"{ran[0]} .. {ran[-1]}" if ran else "none"
+
+
+_V2_CHECKED = None  # derived from MATRIX_RAN, as every entry's
 _BRIDGE_CHECKED = _V2_CHECKED
 
 
@@ -51,7 +76,7 @@ def _v2(
 ) -> RayOverride:
     """An entry of Ray Train V2 (from 2.51), checked on the Train V2 rows between
     ``since`` and ``until``."""
-    return RayOverride(ray, ours, how, where, f"{since} .. {until or '2.60'}", since, until)
+    return RayOverride(ray, ours, how, where, None, since, until)
 
 
 _WG = "ray.train.v2._internal.execution.worker_group"
