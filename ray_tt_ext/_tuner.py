@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import warnings
@@ -86,9 +87,14 @@ def _check_data_cpus_per_trial(value: Any) -> None:
     """``data_cpus_per_trial``: ``None`` or a number >= 0 (driver or client)."""
     if value is None:
         return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value < 0
+    ):
         raise ValueError(
-            f"data_cpus_per_trial must be a number of CPUs >= 0, got {value!r}. Fix: "
+            f"data_cpus_per_trial must be a finite number of CPUs >= 0, got {value!r}. Fix: "
             "the CPUs each trial of a trainer with datasets keeps free for its Ray "
             "Data pipeline (0 keeps none, as Ray Tune does; None: "
             f"{DEFAULT_DATA_CPUS_PER_TRIAL:g})."
@@ -340,7 +346,12 @@ class _TunerInternal(TunerInternal):
             return None
         request = trainable.default_resource_request({})
         trial_cpus = float(request.required_resources.get("CPU", 0.0))
-        return _compat.DataCpus(type(trainer).__name__, trial_cpus, float(keep))
+        tuner = (
+            "ray_tt_ext.v2.Tuner"
+            if _compat.is_train_v2_trainer(trainer)
+            else "ray_tt_ext.Tuner"
+        )
+        return _compat.DataCpus(type(trainer).__name__, trial_cpus, float(keep), tuner)
 
     def _executor_hosts(self, trainable: Any) -> Any:
         """The fit's shared executor hosts, for a trainer with a remote executor.

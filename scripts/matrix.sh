@@ -4,10 +4,12 @@
 # Each row is scripts/compat.sh VERSION (the whole regression suite, Train V1 and
 # Train V2 sessions, in a venv of its own) with its wall time. Unattended and
 # resumable: a row's verdict is kept in compat_results/rows/VERSION.txt with the
-# commit it ran at, and a row already run at this commit (on a clean tree) is not
-# run again; --fresh runs every row. Rows of versions not run this time are kept
-# from docs/compatibility.tsv. Exit 0 when every row passes and RAY_OVERRIDES'
-# `checked` ranges agree with the rows written (tests/test_compat_map.py).
+# commit it ran at, and a row that passed at this commit (on a clean tree) is not
+# run again (one that failed or was cut short is); --fresh runs every row. Rows of
+# versions not run this time are kept from docs/compatibility.tsv. The page's
+# passing minors become MATRIX_RAN, from which RAY_OVERRIDES' `checked` ranges
+# are derived (scripts/render_compatibility.py). Exit 0 when every row passes
+# and the map agrees with the rows written (tests/test_compat_map.py).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 fresh=0
@@ -21,14 +23,20 @@ mkdir -p compat_results/rows docs
 for v in "${versions[@]}"; do
   row="compat_results/rows/$v.txt"
   if [ "$fresh" -eq 0 ] && [ -f "$row" ] && [[ "$commit" != *-dirty ]] &&
-     grep -q "^commit $commit\$" "$row"; then
+     grep -q "^commit $commit\$" "$row" && head -1 "$row" | grep -q ": PASS"; then
     echo "=== ray $v: done at $commit ($(head -1 "$row"))" >&2
     continue
   fi
   echo "=== ray $v ($(date +%H:%M:%S))" >&2
   start=$(date +%s)
   verdict="$(RTT_MATRIX_ROW=1 scripts/compat.sh "$v" | tail -1)"
+  code=$?  # compat.sh's (pipefail)
   seconds=$(( $(date +%s) - start ))
+  # No verdict line (compat.sh cut short): a failed row, never an old one kept.
+  if ! [[ "$verdict" =~ ^ray\ [0-9.]+:\ (PASS|FAIL) ]] ||
+     { [ "$code" -ne 0 ] && [[ "$verdict" == *": PASS"* ]]; }; then
+    verdict="ray $v: FAIL (no verdict: scripts/compat.sh exited $code)"
+  fi
   printf '%s in %s s on %s at %s\ncommit %s\n' "$verdict" "$seconds" "$(date +%F)" \
     "$commit" "$commit" > "$row"
   head -1 "$row"

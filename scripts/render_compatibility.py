@@ -184,7 +184,7 @@ def page(rows: list[list[str]]) -> str:
         f"{MIN_TRAIN_V2} the `tests/v2` tests are skipped (the modules of `tests/`",
         "still run). The wall time is the row's, its venv's install included.",
         f"Train V2 rows that pass: {', '.join(v2_rows) or 'none'}.",
-        f"Ray minors with no row yet (not run at this commit): {', '.join(missing) or 'none'}.",
+        f"Ray minors with no row in the table: {', '.join(missing) or 'none'}.",
         "",
         "| Ray | pins | verdict | Train V1 (`tests/`) | Train V2 (`tests/v2`) "
         "| wall time | date | ray_tt_ext commit |",
@@ -243,8 +243,29 @@ def main(argv: list[str]) -> int:
         "\t".join(COLUMNS) + "\n" + "".join("\t".join(r) + "\n" for r in ordered)
     )
     MD.write_text(page(ordered))
-    print(f"wrote {MD}")
+    write_matrix_ran(ordered)
+    print(f"wrote {MD} and MATRIX_RAN in {OVERRIDES.relative_to(ROOT)}")
     return 0
+
+
+OVERRIDES = ROOT / "ray_tt_ext" / "_compat" / "overrides.py"
+
+
+def write_matrix_ran(rows: list[list[str]]) -> None:
+    """``MATRIX_RAN`` in the override map: the minors of the rows that passed,
+    from which each entry's ``checked`` is derived."""
+    passed = [_minor(r[0]) for r in rows if r[2] == "PASS"]
+    items = ", ".join(f'"{m}"' for m in passed) + ("," if len(passed) == 1 else "")
+    text = OVERRIDES.read_text()
+    new, n = re.subn(
+        r"^MATRIX_RAN: tuple\[str, \.\.\.\] = \(.*\)$",
+        f"MATRIX_RAN: tuple[str, ...] = ({items})",
+        text,
+        flags=re.M,
+    )
+    if n != 1:
+        raise SystemExit(f"MATRIX_RAN not found (once) in {OVERRIDES}")
+    OVERRIDES.write_text(new)
 
 
 if __name__ == "__main__":

@@ -73,10 +73,39 @@ def test_only_a_trainer_with_datasets_keeps_cpus_for_its_pipelines(tmp_path):
 
     data = kept(_trainer(tmp_path, workers=2))
     assert (data.trial_cpus, data.data_cpus) == (2.0, DEFAULT_DATA_CPUS_PER_TRIAL)
-    assert data.what == "DataParallelTrainer"
+    assert (data.what, data.tuner) == ("DataParallelTrainer", "ray_tt_ext.Tuner")
     assert kept(_trainer(tmp_path, workers=2), data_cpus_per_trial=2.5).data_cpus == 2.5
     assert kept(_trainer(tmp_path, workers=2), data_cpus_per_trial=0) is None
     assert kept(_trainer(tmp_path, workers=2, datasets=False)) is None
-    for bad in (-1, "1", True):
-        with pytest.raises(ValueError, match="data_cpus_per_trial must be a number"):
+    for bad in (-1, "1", True, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="data_cpus_per_trial must be a finite number"):
             ray_tt_ext.Tuner(_trainer(tmp_path, workers=1), data_cpus_per_trial=bad)
+
+
+@pytest.mark.quick
+@pytest.mark.usefixtures("ray_start_4_cpus")
+def test_a_cluster_that_grows_by_itself_keeps_tunes_placement(
+    tmp_path, monkeypatch, caplog
+):
+    """On a head node that Ray's cluster launcher started (its bootstrap config in
+    the home folder, which Ray Tune's own check reads), the autoscaler grows the
+    cluster for the trials' placement groups and their pipelines' tasks: no CPU
+    is kept back (that would hide the demand), said once; elsewhere it is kept."""
+    from ray_tt_ext._compat.tune_loop import DataCpus, _is_ray_cluster, leaves_data_cpus
+
+    data = DataCpus("DataParallelTrainer", 2.0, 1.0, "ray_tt_ext.Tuner")
+    caplog.set_level(logging.WARNING, logger="ray_tt_ext")
+    assert leaves_data_cpus(data)
+    assert not caplog.records
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "ray_bootstrap_config.yaml").write_text("cluster_name: test\n")
+    _is_ray_cluster.cache_clear()  # Ray Tune reads it once per process
+    try:
+        assert not leaves_data_cpus(data)
+    finally:
+        monkeypatch.undo()
+        _is_ray_cluster.cache_clear()
+    assert not _is_ray_cluster()
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert "grows by itself (an autoscaling cluster)" in said
+    assert "data_cpus_per_trial=1 is not applied" in said

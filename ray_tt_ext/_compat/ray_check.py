@@ -196,17 +196,20 @@ def missing_ray_attributes(
     parts: tuple[str, ...] = PARTS, entries: tuple[RayOverride, ...] = RAY_OVERRIDES
 ) -> list[MissingRayAttribute]:
     """The attributes of ``entries`` (of those ``parts``) that the installed Ray
-    should have (``since``) and lacks, in the map's order, each once."""
-    missing: dict[str, MissingRayAttribute] = {}
+    should have (``since``) and lacks, in the map's order, once per part that
+    needs it (an attribute that Train V1 and Train V2 both build on is named
+    under each)."""
+    missing: dict[tuple[str, str], MissingRayAttribute] = {}
     for entry in entries:
-        if entry.ray in missing or part_of(entry) not in parts or not applies(entry):
+        key = (part_of(entry), entry.ray)
+        if key in missing or key[0] not in parts or not applies(entry):
             continue
         try:
             resolve(entry.ray)
         except (AttributeError, ImportError) as e:
-            missing[entry.ray] = MissingRayAttribute(entry, str(e))
+            missing[key] = MissingRayAttribute(entry, str(e))
         except Exception as e:  # a Ray module that fails to import: named too
-            missing[entry.ray] = MissingRayAttribute(
+            missing[key] = MissingRayAttribute(
                 entry, f"importing it raised {type(e).__name__}: {e}"
             )
     return list(missing.values())

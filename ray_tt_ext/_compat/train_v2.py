@@ -2,8 +2,8 @@
 
 Imported on demand (``ray_tt_ext.v2`` imports it; the Train V1 integration
 never does): importing it on a Ray whose Train V2 lacks one of these raises
-:class:`UnsupportedRayVersionError`. Checked on Ray 2.60; ``ray_tt_ext.v2``
-refuses Ray < 2.51. ``DistributedTrainFnUtils`` is what ``ray.train.report``
+:class:`UnsupportedRayVersionError`. What differs between Ray 2.51 and
+2.60 is detected in ``train_v2_bridge``; ``ray_tt_ext.v2`` refuses Ray < 2.51. ``DistributedTrainFnUtils`` is what ``ray.train.report``
 and friends call on a training worker (Ray: "this class can be patched if new
 user APIs behaviors is wanted"); ``set_train_fn_utils`` installs one.
 """

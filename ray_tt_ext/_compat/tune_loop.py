@@ -24,6 +24,7 @@ import ray
 from ray.air.execution.resources.placement_group import (
     PlacementGroupResourceManager as _RayPlacementGroupResourceManager,
 )
+from ray.tune.execution.cluster_info import _is_ray_cluster
 from ray.tune.execution.tune_controller import TuneController as _RayTuneController
 from ray.tune.experiment import Trial as _Trial
 
@@ -158,11 +159,35 @@ class _PlacementGroupsRemovedOnceCreated(_RayPlacementGroupResourceManager):
 class DataCpus:
     """What a fit's trials keep free for their Ray Data pipelines: ``data_cpus``
     CPUs each, besides the ``trial_cpus`` its placement group takes (a trial
-    of ``what``, a trainer with ``datasets``)."""
+    of ``what``, a trainer with ``datasets``, under ``tuner``: the Tuner whose
+    ``data_cpus_per_trial`` the messages name)."""
 
     what: str
     trial_cpus: float
     data_cpus: float
+    tuner: str = "ray_tt_ext.Tuner"
+
+
+def leaves_data_cpus(data: DataCpus) -> bool:
+    """Whether a fit keeps its pipelines' CPUs here (driver, or the Ray Client
+    Tuner actor): not on a cluster that grows by itself, where the autoscaler
+    adds nodes for the trials' placement groups and their pipelines' tasks alike
+    (one started by Ray's cluster launcher, which Ray Tune's own
+    ``_is_ray_cluster`` detects, or a cluster with no CPU yet, which can only
+    run anything once it grows); said once in a log line."""
+    cpus = float(ray.cluster_resources().get("CPU", 0.0))
+    if not _is_ray_cluster() and cpus > 0:
+        return True
+    logger.warning(
+        "ray_tt_ext: %s has datasets, and this cluster grows by itself (%s): its "
+        "trials are placed as Ray Tune places them, the autoscaler adding nodes for "
+        "their Ray Data pipelines' tasks too; no CPU is kept for the pipelines "
+        "(data_cpus_per_trial=%g is not applied).",
+        data.what,
+        "an autoscaling cluster" if _is_ray_cluster() else "no CPU yet",
+        data.data_cpus,
+    )
+    return False
 
 
 def _cpus(resource_request: Any) -> float:
@@ -199,6 +224,7 @@ class _TrialsLeavingDataCpus(_PlacementGroupsRemovedOnceCreated):
         self._waiting: collections.deque = collections.deque()
         self._cluster_cpus_read = (0.0, -math.inf)
         self._said = False
+        self._warned_too_big = False
 
     def _cluster_cpus(self) -> float:
         cpus, at = self._cluster_cpus_read
@@ -221,6 +247,8 @@ class _TrialsLeavingDataCpus(_PlacementGroupsRemovedOnceCreated):
         """Extends Ray's ``PlacementGroupResourceManager.request_resources`` (Tune's
         loop): a request that does not fit waits (:meth:`update_state` makes it
         once it does), behind any that wait already."""
+        if self._data is not None:
+            self._warn_if_too_big(resource_request)
         if self._data is None or (not self._waiting and self._fits(resource_request)):
             return super().request_resources(resource_request)
         self._waiting.append(resource_request)
@@ -246,6 +274,29 @@ class _TrialsLeavingDataCpus(_PlacementGroupsRemovedOnceCreated):
         self._waiting.clear()
         super().clear()
 
+    def _warn_if_too_big(self, resource_request: Any) -> None:
+        """Once per fit: a trial (one whose ``param_space`` tuned its
+        ``scaling_config``) whose own group and data CPUs exceed the cluster, which
+        :func:`check_data_cpus` could not see before the fit; it is placed alone."""
+        need = _cpus(resource_request) + self._data.data_cpus
+        cluster = self._cluster_cpus()
+        if self._warned_too_big or need <= cluster + 1e-9:
+            return
+        self._warned_too_big = True
+        logger.warning(
+            "ray_tt_ext: a trial of %s takes %g CPU for its placement group and keeps "
+            "%g CPU for its Ray Data pipeline, %g in all, and the cluster has %g CPUs: "
+            "it is placed alone, and its pipeline may wait for ever. Fix: smaller "
+            "worker groups in param_space's scaling_config, a bigger cluster, or a "
+            "lower %s(..., data_cpus_per_trial=...).",
+            self._data.what,
+            _cpus(resource_request),
+            self._data.data_cpus,
+            need,
+            cluster,
+            self._data.tuner,
+        )
+
     def _say_once(self, resource_request: Any) -> None:
         if self._said or self._data is None:
             return
@@ -258,13 +309,14 @@ class _TrialsLeavingDataCpus(_PlacementGroupsRemovedOnceCreated):
             "its Ray Data pipeline besides the %g its placement group takes: on this "
             "cluster's %g CPUs, %d trial(s) run at once (more as the cluster grows; "
             "max_concurrent_trials stays a maximum). Change it with "
-            "ray_tt_ext.Tuner(..., data_cpus_per_trial=N) (0 keeps none, as Ray Tune "
+            "%s(..., data_cpus_per_trial=N) (0 keeps none, as Ray Tune "
             "does: then trials can take every CPU and their pipelines wait for ever).",
             data.what,
             data.data_cpus,
             _cpus(resource_request),
             cluster,
             at_once,
+            data.tuner,
         )
 
 
@@ -282,8 +334,8 @@ def check_data_cpus(data: DataCpus) -> None:
             f"trainer) and keeps {data.data_cpus:g} CPU free for its Ray Data "
             f"pipeline, {need:g} in all, and the cluster has {cluster:g} CPUs. "
             "Nothing was started. Fix: fewer workers or fewer CPUs per worker "
-            "(ScalingConfig), a bigger cluster, or a lower "
-            "ray_tt_ext.Tuner(..., data_cpus_per_trial=...) (0 keeps none: the "
+            f"(ScalingConfig), a bigger cluster, or a lower "
+            f"{data.tuner}(..., data_cpus_per_trial=...) (0 keeps none: the "
             "pipeline then needs CPUs that no trial holds)."
         )
 
@@ -313,7 +365,7 @@ class _TuneController(_RayTuneController):
         fixed = _FIXED.get()
         if fixed and kwargs.get("resource_manager_factory") is None:
             data = _DATA_CPUS.get()
-            if data is None:
+            if data is None or not leaves_data_cpus(data):
                 kwargs["resource_manager_factory"] = _PlacementGroupsRemovedOnceCreated
             else:
                 check_data_cpus(data)

@@ -12,9 +12,10 @@ gives the controller (:class:`TuneReportBridge`,
   trainer's ``ScalingConfig``; Tune removes it when the trial stops, and the
   workers with it. A worker's ``report()`` returns once the run recorded the
   report and Tune took it; the trial takes rank 0's reports from it directly.
-  On Ray 2.60, the worker groups' barrier (Ray's ``SynchronizationActor``)
-  runs on a second event loop thread, and Ray's ``PreemptionWatcher`` as a
-  thread, where Ray starts an actor each per worker group.
+  From Ray 2.56, the worker groups' barrier (Ray's ``SynchronizationActor``)
+  runs on a second event loop thread, and from Ray 2.57 Ray's
+  ``PreemptionWatcher`` as a thread, where Ray starts an actor each per worker
+  group.
 * :class:`TrialWorkerGroup`: Ray's ``WorkerGroup`` in the trial's bundles.
 * :class:`TuneReportBridge` (a V2 ``UserCallback``): hands rank 0's metrics and
   the checkpoint to the trial, in order, once the run recorded them.
@@ -68,6 +69,14 @@ def _path(checkpoint: Any) -> str:
     return checkpoint.path.rstrip("/")
 
 
+def _key(checkpoint: Any, run_path: str) -> str:
+    """A checkpoint's key in ray_tt_ext's entry of the run's snapshot: its path
+    within the run's folder (an experiment moved or copied elsewhere, and
+    restored there, keeps its keys), or its whole path outside it."""
+    path, root = _path(checkpoint), run_path.rstrip("/") + "/"
+    return path[len(root) :] if path.startswith(root) else path
+
+
 class _RunWideIndices(dict):
     """Ray's ``CheckpointManager._checkpoint_to_report_index`` of a trial's run on Ray
     < 2.54 (:meth:`TrialController._number_reports_across_groups`): Ray sets the
@@ -96,9 +105,9 @@ class TrialController(_V2.TrainController):
     its next poll, and a report returns on a worker only once the run
     recorded it and Tune took it (:meth:`commit_report`); the trial takes
     rank 0's reports with :meth:`next_report` (no queue actor between them)
-    and says when Tune took each (:meth:`report_taken`). On Ray 2.60 its worker
+    and says when Tune took each (:meth:`report_taken`). From Ray 2.56 its worker
     groups' barriers (Ray's ``SynchronizationActor``, an actor per group) are
-    kept here, on the barriers' event loop (:meth:`barrier_call`), and Ray's
+    kept here, on the barriers' event loop (:meth:`barrier_call`), and from Ray 2.57 Ray's
     ``PreemptionWatcher`` runs here as a thread (:class:`_WatcherInTheController`:
     its ``ray.nodes()`` call at a group's start runs on the controller's event
     loop; it is not restarted on its own, it lives and dies with the controller).
@@ -339,19 +348,24 @@ class TrialController(_V2.TrainController):
         restored = list(manager._checkpoint_results)
         if manager.latest_checkpoint_result is not None:
             restored.append(manager.latest_checkpoint_result)
+        run_path = storage.experiment_fs_path
         for result in restored:
-            if _path(result.checkpoint) in saved:
+            if _key(result.checkpoint, run_path) in saved:
                 dict.__setitem__(
-                    indices, result.checkpoint, int(saved[_path(result.checkpoint)])
+                    indices,
+                    result.checkpoint,
+                    int(saved[_key(result.checkpoint, run_path)]),
                 )
         self._last_index = max(indices.values(), default=-1) + 1
         rays = manager._save_state
 
         def save_state() -> str:
             state = json.loads(rays())
-            listed = {_path(r.checkpoint) for r in manager._checkpoint_results}
+            listed = {_key(r.checkpoint, run_path) for r in manager._checkpoint_results}
             state[_REPORT_ORDER_KEY] = {
-                _path(c): i for c, i in indices.items() if _path(c) in listed
+                _key(c, run_path): i
+                for c, i in indices.items()
+                if _key(c, run_path) in listed
             }
             return json.dumps(state)
 

@@ -31,7 +31,7 @@ logger = logging.getLogger("ray_tt_ext")
 
 def _bridge() -> Any:
     """``_trial``, imported when first needed: it builds on Ray Train V2
-    internals checked on Ray 2.60 (``UnsupportedRayVersionError`` without them),
+    internals (Ray 2.51 and later; ``UnsupportedRayVersionError`` without them),
     which function and class trainables under ``v2.Tuner`` do not need."""
     from ray_tt_ext.v2 import _trial
 
@@ -310,10 +310,14 @@ class Tuner(_V1Tuner):
 
     @classmethod
     def _check_trainable(cls, trainable: Any) -> None:
-        """Extends ``ray_tt_ext.Tuner._check_trainable``: Train V2 only, on a Ray
-        with every attribute ``ray_tt_ext.v2`` builds on (driver or client)."""
+        """Extends ``ray_tt_ext.Tuner._check_trainable``: Train V2 only; a Train V2
+        trainer on a Ray with every attribute the bridge builds on, a function or
+        class trainable on one with Ray Tune's (driver or client)."""
         _compat.ensure_train_v2("ray_tt_ext.v2.Tuner")
-        _compat.check_ray_attributes("ray_tt_ext.v2.Tuner", "v2")
+        _compat.check_ray_attributes(
+            "ray_tt_ext.v2.Tuner",
+            "v2" if _compat.is_train_v2_trainer(trainable) else None,
+        )
         if isinstance(trainable, _compat.BaseTrainer):
             raise TypeError(
                 f"`{type(trainable).__name__}` is a Ray Train V1 trainer; "

@@ -72,9 +72,9 @@ def test_what_no_trial_could_run_with_its_pipeline_is_an_error_before_anything_r
     message = str(info.value)
     assert "takes 4 CPU" in message and "keeps 1 CPU" in message and "5 in all" in message
     assert "the cluster has 4 CPUs" in message and "Nothing was started" in message
-    assert "Fix: " in message and "data_cpus_per_trial" in message
+    assert "Fix: " in message and "v2.Tuner(..., data_cpus_per_trial=" in message
     assert not list((tmp_path).glob("*.json"))  # no trial ran
-    with pytest.raises(ValueError, match="data_cpus_per_trial must be a number"):
+    with pytest.raises(ValueError, match="data_cpus_per_trial must be a finite number"):
         _sweep(storage_path, tmp_path, [0.1], workers=1, data_cpus_per_trial=-1)
 
 
