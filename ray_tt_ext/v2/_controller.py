@@ -1,28 +1,21 @@
 """The run's controller of a ``ray_tt_ext.v2.Tuner(trainer)`` trial.
 
-Ray runs each Train V2 run's controller as an actor of its own. Here it runs
-in the Tune trial actor's process, on an event loop thread of its own
-(:class:`ControllerHost`): a Python process fewer per trial. What runs there
-(one Train V2 run at a time); the trial side only builds the callbacks it
-gives the controller (:class:`TuneReportBridge`,
-:func:`without_idle_dataset_manager`) and passes the workers' calls on:
+Ray runs each Train V2 run's controller as an actor of its own; here it runs in
+the Tune trial actor's process, on an event loop thread of its own, one run at a
+time: a Python process fewer per trial.
 
 * :class:`TrialController`: Ray's ``TrainController`` whose worker group
-  starts in the trial's placement group, which Tune reserved from the
-  trainer's ``ScalingConfig``; Tune removes it when the trial stops, and the
-  workers with it. A worker's ``report()`` returns once the run recorded the
-  report and Tune took it; the trial takes rank 0's reports from it directly.
-  From Ray 2.56, the worker groups' barrier (Ray's ``SynchronizationActor``)
-  runs on a second event loop thread, and from Ray 2.57 Ray's
-  ``PreemptionWatcher`` as a thread, where Ray starts an actor each per worker
-  group.
-* :class:`TrialWorkerGroup`: Ray's ``WorkerGroup`` in the trial's bundles.
+  (``_worker_group``) starts in the trial's placement group, which Tune reserved
+  from the trainer's ``ScalingConfig`` and removes, workers and all, when the
+  trial stops. A worker's ``report()`` returns once the run recorded the report
+  and Tune took it. From Ray 2.56 the groups' barrier (Ray's
+  ``SynchronizationActor``) runs on a second event loop thread, and from 2.57
+  Ray's ``PreemptionWatcher`` as a thread, where Ray starts an actor each.
 * :class:`TuneReportBridge` (a V2 ``UserCallback``): hands rank 0's metrics and
   the checkpoint to the trial, in order, once the run recorded them.
 * :class:`ControllerHost`: the two event loop threads, and the way in for the
-  workers' calls, which reach the trial actor (``_trial.V2Trial``).
-
-The trial side (the Tune trial actor's Tune and training threads) is ``_trial``.
+  workers' calls, which reach the trial actor (``_trial.V2Trial``, the trial
+  side: Tune's and the training threads).
 """
 
 from __future__ import annotations
@@ -70,9 +63,8 @@ def _path(checkpoint: Any) -> str:
 
 
 def _key(checkpoint: Any, run_path: str) -> str:
-    """A checkpoint's key in ray_tt_ext's entry of the run's snapshot: its path
-    within the run's folder (an experiment moved or copied elsewhere, and
-    restored there, keeps its keys), or its whole path outside it."""
+    """A checkpoint's key in ray_tt_ext's snapshot entry: its path within the run's
+    folder (a moved experiment keeps it), or its whole path outside it."""
     path, root = _path(checkpoint), run_path.rstrip("/") + "/"
     return path[len(root) :] if path.startswith(root) else path
 
@@ -131,8 +123,7 @@ class TrialController(_V2.TrainController):
         :meth:`_replay`; ``keep_workers``: a group that ends cleanly keeps its
         workers for the next run (:meth:`next_run`). Called again by
         :meth:`next_run` for each later run of the same actor."""
-        # What this process had before the first run set anything (next_run
-        # calls this again, after the first run's update).
+        # What this process had before the first run set anything (next_run again).
         start_env = self._start_env = getattr(self, "_start_env", None) or dict(os.environ)
         inherited = {k: start_env[k] for k in env_vars or {} if k in start_env}
         os.environ.update(env_vars or {})
@@ -152,17 +143,15 @@ class TrialController(_V2.TrainController):
         self._taken_index = -1  # the report index of the last report Tune took
         self._tasks: set = set()  # strong references to the notifying tasks
         self._pending: collections.deque = collections.deque()
-        #: The report index of the last report handed to the trial, and (Ray <
-        #: 2.54, whose worker groups number their reports from 1 each) what this
-        #: run's current worker group adds to its numbers (_start_worker_group).
+        #: The last report index handed to the trial, and (Ray < 2.54: groups number
+        #: from 1 each) what the current group adds to its numbers.
         self._last_index = 0
         self._index_base = 0
         self._ended = False
         self._aborting = False  # abort() cancels the run's loop
         self._quick_polls = 0
-        # Kept across this controller's runs (next_run); generations are the
-        # process's (_BARRIER_GENERATIONS): a late call of an earlier group's
-        # barrier never reaches a later group's.
+        # Kept across runs (next_run); generations are the process's: a late call
+        # of an earlier group's barrier never reaches a later group's.
         self._barriers: dict[int, Any] = getattr(self, "_barriers", {})
         self._kept: Optional[_KeptWorkers] = getattr(self, "_kept", None)
         self._keep_workers = keep_workers
