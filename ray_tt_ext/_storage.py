@@ -83,16 +83,41 @@ class CheckpointConfig(_compat.TuneCheckpointConfig):
             reported metrics (default ``"checkpoint_{index:06d}"``, Ray's names),
             or ``callable(index, metrics) -> str``. Must render one safe path
             component.
+        sweep_num_to_keep: keep the ``n`` best checkpoints of the whole sweep
+            (over all trials; several may be one trial's), plus the latest
+            checkpoint of every trial that may still run and each one PBT may
+            still exploit; every other checkpoint is deleted while the sweep
+            runs. Ranked by ``checkpoint_score_attribute`` /
+            ``checkpoint_score_order``, else by ``TuneConfig(metric, mode)``.
+            ``num_to_keep`` still applies inside each trial. A finished trial
+            none of whose checkpoints is kept has ``Result.checkpoint`` ``None``.
+            Default ``None``: Tune's per-trial retention only.
+        sweep_max_bytes: keep the best checkpoints beyond the protected ones
+            only while everything kept stays within this many bytes (with
+            ``sweep_num_to_keep``, at most that many). Protected checkpoints are
+            never deleted for it: when they alone exceed it, one warning says so.
 
     All other fields are Ray's.
     """
 
     checkpoint_index: IndexPolicy = SEQUENTIAL
     checkpoint_dir_name: NamePolicy = DEFAULT_DIR_NAME_TEMPLATE
+    sweep_num_to_keep: Optional[int] = None
+    sweep_max_bytes: Optional[int] = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
         validate_policy(self.checkpoint_index, self.checkpoint_dir_name)
+        for name in ("sweep_num_to_keep", "sweep_max_bytes"):
+            value = getattr(self, name)
+            if value is not None and (
+                isinstance(value, bool) or not isinstance(value, int) or value < 1
+            ):
+                raise ValueError(
+                    f"CheckpointConfig({name}={value!r}): must be a positive integer "
+                    f"(or None for Tune's per-trial retention only), e.g. {name}="
+                    f"{3 if name == 'sweep_num_to_keep' else 10 * 2**30}."
+                )
 
 
 # ---------------------------------------------------------------------------

@@ -34,6 +34,7 @@ from ray_tt_ext._payload import (
     resolve_payload_limit,
 )
 from ray_tt_ext._storage import StorageContext, checkpoint_policy_installed
+from ray_tt_ext._sweep import SweepRetention, sweep_policy
 from ray_tt_ext._trainer import conversion, large_value_bytes
 from ray_tt_ext._tune_logs import with_whole_result_logs
 
@@ -138,6 +139,16 @@ class _TunerInternal(TunerInternal):
                 f"got {storage_context_cls!r}."
             )
         _check_data_cpus_per_trial(data_cpus_per_trial)
+        trainable = kwargs.get("trainable")
+        sweep_policy(  # the run config Ray's picks: the Tuner's, else the trainer's
+            getattr(
+                kwargs.get("run_config") or getattr(trainable, "run_config", None),
+                "checkpoint_config",
+                None,
+            ),
+            kwargs.get("tune_config"),
+            "ray_tt_ext.Tuner" if trainable_converter is None else "ray_tt_ext.v2.Tuner",
+        )
         self._storage_context_cls = storage_context_cls
         self._payload_limit = payload_limit
         self._data_cpus_per_trial = data_cpus_per_trial
@@ -243,13 +254,20 @@ class _TunerInternal(TunerInternal):
         loggers lose the rows a trial reported since the last sync when the
         trial restarts (PBT); see :mod:`ray_tt_ext._tune_logs`. A trainable
         converter with a ``fit_callbacks`` attribute (``ray_tt_ext.v2``'s) adds
-        the callbacks it returns, on a new fit and on a restored one.
+        the callbacks it returns, on a new fit and on a restored one; with
+        ``CheckpointConfig(sweep_num_to_keep=..., sweep_max_bytes=...)``, the
+        sweep's retention (:class:`ray_tt_ext._sweep.SweepRetention`).
         """
         arguments = super()._get_tune_run_arguments(trainable)
         callbacks = with_whole_result_logs(arguments.get("callbacks"))
         extra = getattr(self._trainable_converter, "fit_callbacks", None)
         if extra is not None:
             callbacks = list(callbacks or []) + extra()
+        policy = sweep_policy(self._run_config.checkpoint_config, self._tune_config)
+        if policy is not None:
+            scheduler = self._tune_config.scheduler
+            v2 = self._trainable_converter is not None  # ray_tt_ext.v2.Tuner
+            callbacks = list(callbacks or []) + [SweepRetention(policy, scheduler, v2)]
         arguments["callbacks"] = callbacks
         return arguments
 

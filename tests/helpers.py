@@ -388,3 +388,45 @@ def slow_steps_loop(config: dict[str, Any]) -> None:
             ray.train.report(
                 {"step": step}, checkpoint=ray.train.Checkpoint.from_directory(d)
             )
+
+
+def _this_trial_id() -> str:
+    get_context = getattr(ray.tune, "get_context", None) or ray.train.get_context
+    return get_context().get_trial_id()
+
+
+def checkpoint_folders(root: str) -> list[str]:
+    """The checkpoint folders (``checkpoint_*``) under ``root``, sorted."""
+    found = []
+    for folder, names, _ in os.walk(root):
+        found += [os.path.join(folder, n) for n in names if n.startswith("checkpoint_")]
+    return sorted(found)
+
+
+def sweep_loop(config: dict[str, Any]) -> None:
+    """``steps`` reports, each with a checkpoint of ``blob`` bytes holding its step
+    and the trial that wrote it; ``score`` is ``10 x + step`` and ``loss`` its
+    negative. Resumes from its checkpoint (``resumed``: 1 when it holds this
+    trial's own step, ``exploited``: 1 when another trial wrote it). Each
+    report says how many checkpoint folders the experiment folder ``root``
+    holds just before it (``on_disk``). ``step_s``: seconds per step."""
+    trial = _this_trial_id()
+    start, resumed, exploited = 0, 0, 0
+    checkpoint = tune_api.get_checkpoint()
+    if checkpoint is not None:
+        with checkpoint.as_directory() as d:
+            with open(os.path.join(d, "state.json")) as f:
+                state = json.load(f)
+        start = state["step"] + 1
+        resumed, exploited = int(state["trial"] == trial), int(state["trial"] != trial)
+    for step in range(start, config["steps"]):
+        time.sleep(config.get("step_s", 0))
+        score = 10 * config["x"] + (-step if config.get("declining") else step)
+        metrics = {"step": step, "score": score, "loss": -score, "resumed": resumed}
+        metrics.update(exploited=exploited, on_disk=len(checkpoint_folders(config["root"])))
+        with tempfile.TemporaryDirectory() as d:
+            with open(os.path.join(d, "state.json"), "w") as f:
+                json.dump({"step": step, "trial": trial}, f)
+            with open(os.path.join(d, "blob"), "wb") as f:
+                f.write(b"\0" * config.get("blob", 1000))
+            tune_api.report(metrics, checkpoint=tune_api.Checkpoint.from_directory(d))

@@ -24,6 +24,7 @@ LAYERS = {
     "_params": 2,
     "_tune_logs": 2,
     "_fit_names": 2,
+    "_sweep": 2,
     "_executor_host": 2,
     "_executor_hosts": 2,
     "_executor": 2,
@@ -47,6 +48,7 @@ LAYERS = {
 #: the driver, the trial actor and the run's controller.
 NOT_ON_V2_WORKERS = {
     "_storage",
+    "_sweep",
     "_trainer",
     "_tuner",
     "_frameworks",

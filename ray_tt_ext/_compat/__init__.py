@@ -8,7 +8,9 @@ A package, a module per concern: ``versions`` (the supported range, and the
 names that differ between Ray releases; imported first, it refuses an
 unsupported Ray before anything imports ``ray.train``), ``core`` (Ray's core
 and Tune's driver), ``train_mode`` (Train V1 or V2, and V2 configs converted),
-``tune_loop`` (Tune's controller and placement groups in a fit), ``train_v1``
+``tune_loop`` (Tune's controller and placement groups in a fit),
+``tune_checkpoints`` (Tune's record of each trial's checkpoints, for the
+sweep's retention, imported on demand), ``train_v1``
 (the training workers' session, the executor host's process),
 ``train_v2`` and ``train_v2_bridge`` (Ray Train V2's internals, typed, imported
 on demand: ``from ray_tt_ext._compat import train_v2``) and ``overrides``

@@ -361,7 +361,9 @@ class _TuneController(_RayTuneController):
         actor): inside :func:`tune_controller_fixed`, and unless a resource manager
         was given, Tune's placement groups are :class:`_PlacementGroupsRemovedOnceCreated`'s
         (:class:`_TrialsLeavingDataCpus`'s for a trainer with datasets, once
-        :func:`check_data_cpus` let the fit run)."""
+        :func:`check_data_cpus` let the fit run); a callback with
+        ``attach_controller`` (``ray_tt_ext._sweep.SweepRetention``) is given this
+        controller, to save the experiment's state through."""
         fixed = _FIXED.get()
         if fixed and kwargs.get("resource_manager_factory") is None:
             data = _DATA_CPUS.get()
@@ -374,6 +376,10 @@ class _TuneController(_RayTuneController):
                 )
         super().__init__(*args, **kwargs)
         self._rtt_fixed_pause = fixed
+        for callback in kwargs.get("callbacks") or ():  # tune.run gives them by name
+            attach = getattr(callback, "attach_controller", None)
+            if fixed and attach is not None:  # the sweep's retention saves through it
+                attach(self)
 
     def _schedule_trial_pause(self, trial: Any, should_checkpoint: bool = True) -> None:
         """Extends Ray's ``TuneController._schedule_trial_pause``; runs in Tune's

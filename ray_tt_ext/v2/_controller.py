@@ -46,9 +46,9 @@ from ray_tt_ext.v2._worker_group import (
     _KeptWorkers,
     _TorchSetupKeepingItsGroup,
     _trial_placement_group_of,
-    _tune_deletes,
     _WatcherInTheController,
     _workers_of,
+    tune_owns_checkpoints,
 )
 
 logger = logging.getLogger("ray_tt_ext")
@@ -116,7 +116,7 @@ class TrialController(_V2.TrainController):
     ):
         """Extends Ray Train V2's ``TrainController.__init__``; runs in the controller's
         event loop. Its worker group starts in ``trial_placement_group``; Tune deletes
-        the checkpoints retention drops (:func:`_tune_deletes`); ``env_vars``,
+        the checkpoints retention drops (:func:`tune_owns_checkpoints`); ``env_vars``,
         what Ray's ``_initialize_and_run_controller`` would give its controller
         actor as a runtime env, are set in this process (the trial actor's,
         which has them from Tune's runtime env already); ``replay_after``: see
@@ -127,7 +127,7 @@ class TrialController(_V2.TrainController):
         start_env = self._start_env = getattr(self, "_start_env", None) or dict(os.environ)
         inherited = {k: start_env[k] for k in env_vars or {} if k in start_env}
         os.environ.update(env_vars or {})
-        _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
+        tune_owns_checkpoints()
         self.worker_group_cls = type(
             "TrialWorkerGroup",
             (TrialWorkerGroup,),

@@ -27,6 +27,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Optional
 
+import pyarrow.fs
 import ray
 
 from ray_tt_ext._compat import train_v2_bridge as _V2
@@ -229,6 +230,61 @@ def _tune_deletes(fs: Any, fs_path: str) -> None:
     that either still lists, and none is deleted twice.
     """
     logger.debug("Checkpoint %s left for Tune to delete", fs_path)
+
+
+def _restore_without_deleted(manager: Any) -> None:
+    """Patches Ray Train V2's ``CheckpointManager._maybe_load_state_from_storage`` in
+    the controller's event loop of a ``ray_tt_ext.v2.Tuner`` trial (installed by
+    :func:`tune_owns_checkpoints`; it calls Ray's).
+
+    The sweep's retention (``ray_tt_ext.CheckpointConfig(sweep_num_to_keep=...)``)
+    deletes a running trial's older checkpoints that the run's snapshot still
+    lists; Ray's ``_assert_checkpoints_exist`` would refuse the run when the
+    trial is retried, exploited or restored. Here the deleted ones are dropped
+    from the restored list; a missing latest checkpoint (which the sweep never
+    deletes while the trial may run) is still Ray's error.
+    """
+    ray_check = manager._assert_checkpoints_exist
+    manager._assert_checkpoints_exist = lambda: None
+    try:
+        _RAYS_RESTORE[0](manager)
+    finally:
+        del manager._assert_checkpoints_exist
+    gone = {
+        r.checkpoint
+        for r in manager._checkpoint_results
+        if r.checkpoint.filesystem.get_file_info(r.checkpoint.path).type
+        == pyarrow.fs.FileType.NotFound
+    }
+    if not gone:
+        return
+    latest = manager._latest_checkpoint_result
+    if latest is not None and latest.checkpoint in gone:
+        ray_check()
+    manager._checkpoint_results = [
+        r for r in manager._checkpoint_results if r.checkpoint not in gone
+    ]
+    for checkpoint in gone:
+        manager._checkpoint_to_report_index.pop(checkpoint, None)
+        getattr(manager, "_pending_training_results", {}).pop(checkpoint, None)
+    logger.info("The run's snapshot listed %d checkpoint(s) the sweep deleted", len(gone))
+
+
+#: Ray's ``CheckpointManager._maybe_load_state_from_storage`` (set at the first install).
+_RAYS_RESTORE: list[Callable[[Any], None]] = []
+
+
+def tune_owns_checkpoints() -> None:
+    """Tune deletes the run's checkpoints (:func:`_tune_deletes` patches Ray Train
+    V2's ``checkpoint_manager.delete_fs_path``), and a run restores without those
+    the sweep deleted (:func:`_restore_without_deleted` patches
+    ``CheckpointManager._maybe_load_state_from_storage``). The trial actor, at
+    each run's controller."""
+    _V2.checkpoint_manager_module.delete_fs_path = _tune_deletes
+    manager_cls = _V2.checkpoint_manager_module.CheckpointManager
+    if not _RAYS_RESTORE:
+        _RAYS_RESTORE.append(manager_cls._maybe_load_state_from_storage)
+        manager_cls._maybe_load_state_from_storage = _restore_without_deleted
 
 
 #: How long kept workers get to answer: their shutdown hooks, the check or the

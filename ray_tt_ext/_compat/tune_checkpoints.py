@@ -1,0 +1,128 @@
+"""Tune's record of each trial's checkpoints, read and changed for the sweep's
+retention (``ray_tt_ext._sweep``); driver, or the Ray Client Tuner actor.
+
+Tune keeps a trial's checkpoints in Ray's ``_CheckpointManager`` of the trial
+(``Trial.run_metadata.checkpoint_manager``): ``_checkpoint_results`` (what
+the trial's own ``num_to_keep`` kept, from which ``Result.best_checkpoints``
+is made) and ``_latest_checkpoint_result`` (``Trial.checkpoint``: what a
+retry, a restore or ``Result.checkpoint`` uses; PBT's exploit sets it to the
+donor's checkpoint). The experiment's state, from which ``Tuner.restore``
+rebuilds the trials, is what ``TuneController.checkpoint`` saves.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Optional
+
+from ray.train._internal.session import _FutureTrainingResult
+from ray.train._internal.storage import _delete_fs_path
+from ray.tune.experiment import Trial
+
+#: A trial in this status never runs again in this fit (an ERROR trial may:
+#: ``Tuner.restore(..., resume_errored=True)``).
+FINISHED = Trial.TERMINATED
+#: A trial in this status has no actor writing into its folder.
+STOPPED = (Trial.PAUSED, Trial.TERMINATED, Trial.ERROR)
+
+
+@dataclasses.dataclass(frozen=True)
+class TrialCheckpoint:
+    """One checkpoint of a trial, as Tune records it."""
+
+    #: The checkpoint's folder on the trial's storage filesystem.
+    path: str
+    metrics: dict
+    #: ``Trial.checkpoint`` (the trial's latest, or the one PBT gave it).
+    latest: bool
+
+
+def path_of(checkpoint: Any) -> str:
+    return str(checkpoint.path).rstrip("/")
+
+
+def trial_checkpoints(trial: Any) -> list[TrialCheckpoint]:
+    """The checkpoints Tune records for ``trial``: those its retention kept, then
+    its latest (again if it is one of them)."""
+    manager = trial.run_metadata.checkpoint_manager
+    found = [
+        TrialCheckpoint(path_of(r.checkpoint), dict(r.metrics or {}), False)
+        for r in manager._checkpoint_results
+        if r.checkpoint is not None
+    ]
+    latest = manager._latest_checkpoint_result
+    if latest is not None and latest.checkpoint is not None:
+        found.append(
+            TrialCheckpoint(path_of(latest.checkpoint), dict(latest.metrics or {}), True)
+        )
+    return found
+
+
+def drop_checkpoints(trial: Any, paths: set[str]) -> None:
+    """Forget ``paths`` in ``trial``'s record: ``Result.best_checkpoints`` no longer
+    lists them, and ``Trial.checkpoint`` (``Result.checkpoint``) is ``None`` if it
+    was one of them."""
+    manager = trial.run_metadata.checkpoint_manager
+    manager._checkpoint_results = [
+        r
+        for r in manager._checkpoint_results
+        if r.checkpoint is None or path_of(r.checkpoint) not in paths
+    ]
+    latest = manager._latest_checkpoint_result
+    if (
+        latest is not None
+        and latest.checkpoint is not None
+        and path_of(latest.checkpoint) in paths
+    ):
+        manager._latest_checkpoint_result = None
+    trial.run_metadata.invalidate_cache()  # the JSON the experiment's state saves
+
+
+def scheduler_checkpoints(scheduler: Any) -> tuple[set[str], set[Any]]:
+    """What a scheduler may still restore a trial from: PBT's checkpoint of each
+    trial in its upper quantile (``PopulationBasedTraining._trial_state``), read
+    at an exploit. Returns the paths, and the trials whose save PBT is still
+    waiting for (their checkpoint is not known yet)."""
+    paths: set[str] = set()
+    waiting: set[Any] = set()
+    for trial, state in dict(getattr(scheduler, "_trial_state", None) or {}).items():
+        last = getattr(state, "last_checkpoint", None)
+        if isinstance(last, _FutureTrainingResult):
+            result = last.resolve(block=False)
+            if result is None:
+                waiting.add(trial)
+                continue
+            last = result.checkpoint
+        if last is not None and getattr(last, "path", None):
+            paths.add(path_of(last))
+    return paths, waiting
+
+
+def save_experiment_state(controller: Any, changed: list) -> None:
+    """Save the experiment's state to storage now, with the ``changed`` trials'
+    records made again (Ray's ``TuneController._mark_trial_to_checkpoint``),
+    and wait until it is there (``TuneController.checkpoint(force=True,
+    wait=True)``), so that ``Tuner.restore`` never finds a checkpoint it names
+    deleted."""
+    for trial in changed:
+        controller._mark_trial_to_checkpoint(trial)
+    controller.checkpoint(force=True, wait=True)
+
+
+def delete_fs_path(fs: Any, path: str) -> None:
+    """Ray's ``_delete_fs_path``: a folder on a pyarrow filesystem, whole."""
+    _delete_fs_path(fs=fs, fs_path=path)
+
+
+def storage_of(trial: Any) -> Optional[tuple[Any, str]]:
+    """``(filesystem, experiment folder)`` of ``trial``'s storage."""
+    storage = getattr(trial, "storage", None)
+    if storage is None:
+        return None
+    return storage.storage_filesystem, storage.experiment_fs_path.rstrip("/")
+
+
+def trial_folder(trial: Any) -> Optional[str]:
+    """The trial's folder on its storage filesystem (Ray's ``StorageContext.trial_fs_path``)."""
+    storage = getattr(trial, "storage", None)
+    return None if storage is None else storage.trial_fs_path.rstrip("/")

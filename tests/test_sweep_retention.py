@@ -1,0 +1,333 @@
+"""Checkpoint retention across the whole sweep: ``ray_tt_ext.CheckpointConfig(
+sweep_num_to_keep=..., sweep_max_bytes=...)`` with ``ray_tt_ext.Tuner`` (the Train V2
+side: tests/v2/test_sweep_retention_v2.py)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import ray.tune
+import tune_api
+from helpers import checkpoint_folders, quiet_run_config, sweep_loop
+from ray.tune.schedulers import PopulationBasedTraining
+
+import ray_tt_ext
+from ray_tt_ext import CheckpointConfig, Tuner
+from ray_tt_ext._sweep import DELETING
+
+STEPS = 5
+XS = [1, 2, 3, 4, 5, 6]
+
+
+def _tuner(storage_path, name, checkpoint_config, *, xs=XS, tune_config=None, **config):
+    root = os.path.join(storage_path, name)
+    return Tuner(
+        sweep_loop,
+        param_space={"x": ray.tune.grid_search(xs), "steps": STEPS, "root": root, **config},
+        tune_config=tune_config
+        or ray.tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=2),
+        run_config=quiet_run_config(
+            storage_path, name, checkpoint_config=checkpoint_config
+        ),
+    )
+
+
+def _kept(grid) -> dict[str, list[str]]:
+    """Each trial's checkpoints as the ResultGrid names them, checked to exist."""
+    kept = {}
+    for result in grid:
+        assert result.error is None, result.error
+        paths = [c.path for c, _ in result.best_checkpoints]
+        if result.checkpoint is not None:
+            paths.append(result.checkpoint.path)
+        for path in paths:
+            assert os.path.isdir(path), f"the ResultGrid names a deleted folder: {path}"
+        kept[result.config["x"]] = sorted({os.path.basename(p) for p in paths})
+    return kept
+
+
+def test_the_sweep_keeps_its_best_and_what_running_trials_need(
+    ray_start_4_cpus, storage_path
+):
+    """2 trials at a time, 6 trials of 5 checkpoints: the 2 best of the sweep (both
+    trial x=6's: several may be one trial's) and the running trials' latest are
+    on disk at every report, everything else is deleted while the sweep runs;
+    the ResultGrid, and the one ``Tuner.restore`` reads, name only what is kept."""
+    name = "best_of_sweep"
+    grid = _tuner(storage_path, name, CheckpointConfig(sweep_num_to_keep=2)).fit()
+    kept = _kept(grid)
+    assert kept == {
+        1: [],
+        2: [],
+        3: [],
+        4: [],
+        5: [],
+        6: ["checkpoint_000003", "checkpoint_000004"],
+    }
+    on_disk = [os.path.relpath(p, storage_path) for p in checkpoint_folders(storage_path)]
+    assert len(on_disk) == 2 and all("x=6" in p for p in on_disk), on_disk
+    # At every report: the 2 best, each running trial's latest, and the other
+    # running trial's newest (written, not yet decided on). Without the
+    # sweep's retention the last reports would see up to 29.
+    peak = max(max(r.metrics_dataframe["on_disk"]) for r in grid)
+    assert peak <= 2 + 2 + 1, peak
+    assert grid.get_best_result().checkpoint.path.endswith("checkpoint_000004")
+    assert not [r for r in grid if r.config["x"] < 6 and r.checkpoint is not None]
+    # What Tune saved (a restored Tuner's ResultGrid) names nothing deleted either.
+    restored = Tuner.restore(os.path.join(storage_path, name), sweep_loop).get_results()
+    assert _kept(restored) == kept
+
+
+def test_with_num_to_keep_1_and_a_byte_budget_it_keeps_the_best_trials_best(
+    ray_start_4_cpus, storage_path
+):
+    """Each trial's own ``num_to_keep=1`` still applies, ranked by
+    ``checkpoint_score_attribute`` (``loss``, ``min``) instead of TuneConfig's
+    metric: the best checkpoint of each of the best trials. ``sweep_max_bytes``
+    (250 kB, checkpoints of 100 kB) keeps 2 of the 3 best."""
+    config = CheckpointConfig(
+        num_to_keep=1,
+        checkpoint_score_attribute="loss",
+        checkpoint_score_order="min",
+        sweep_num_to_keep=3,
+        sweep_max_bytes=250_000,
+    )
+    tune_config = ray.tune.TuneConfig(max_concurrent_trials=2)  # no metric: the config's
+    grid = _tuner(
+        storage_path, "budget", config, tune_config=tune_config, blob=100_000
+    ).fit()
+    kept = _kept(grid)
+    assert kept == {
+        1: [],
+        2: [],
+        3: [],
+        4: [],
+        5: ["checkpoint_000004"],
+        6: ["checkpoint_000004"],
+    }
+    assert len(checkpoint_folders(storage_path)) == 2
+
+
+def test_a_budget_below_what_unfinished_trials_need_deletes_none_of_it(
+    ray_start_4_cpus, storage_path, caplog
+):
+    """The running trials' latest checkpoints alone exceed ``sweep_max_bytes``: one
+    warning names the sizes, none of them is deleted (every trial finishes, and
+    a retry would find its checkpoint), and once the sweep is over nothing fits."""
+    config = CheckpointConfig(sweep_num_to_keep=2, sweep_max_bytes=50_000)
+    with caplog.at_level(logging.WARNING, logger="ray_tt_ext"):
+        grid = _tuner(storage_path, "tiny", config, xs=[1, 2, 3], blob=100_000).fit()
+    warnings = [
+        r.getMessage() for r in caplog.records if "sweep_max_bytes=50000" in r.getMessage()
+    ]
+    assert len(warnings) == 1, warnings
+    assert "more than the budget" in warnings[0] and "bytes" in warnings[0]
+    assert _kept(grid) == {1: [], 2: [], 3: []}
+    assert [r.metrics["step"] for r in grid] == [STEPS - 1] * 3
+    assert checkpoint_folders(storage_path) == []
+
+
+@pytest.mark.parametrize("synch", [False, True], ids=["async", "synch"])
+def test_pbt_never_exploits_or_resumes_from_a_deleted_checkpoint(
+    ray_start_4_cpus, storage_path, synch
+):
+    """PBT copies a top trial's checkpoint into a bottom one, maybe long after the
+    top trial moved on, and (synch) pauses every trial at each interval and
+    resumes it from its own latest checkpoint: the sweep keeps each checkpoint
+    PBT may still exploit, the one an exploited trial restores from and a
+    paused trial's latest, and deletes what is left once the sweep is over
+    (the checkpoints a paused trial wrote that Tune never recorded too)."""
+    root = os.path.join(storage_path, "pbt")
+    pbt = PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"x": [1, 2, 3, 4]},
+        quantile_fraction=0.5,
+        resample_probability=0.0,
+        synch=synch,
+    )
+    tuner = Tuner(
+        sweep_loop,
+        param_space={
+            "x": ray.tune.grid_search([1, 2, 3, 4]),
+            "steps": 6,
+            "root": root,
+            # Async: the top trials (x=3, 4: 2 s a step) are between their 2nd
+            # and 4th report when the bottom ones (3 s a step) exploit them at
+            # their 2nd: the checkpoint PBT took at the top trial's 2nd is then
+            # neither its latest nor the sweep's best (each trial's best is its
+            # first), and only PBT's state still needs it.
+            "declining": True,
+            "step_s": ray.tune.sample_from(
+                lambda spec: 0 if synch else (3 if spec.config.x <= 2 else 2)
+            ),
+        },
+        tune_config=ray.tune.TuneConfig(
+            metric="score", mode="max", scheduler=pbt, reuse_actors=True
+        ),
+        run_config=quiet_run_config(
+            storage_path, "pbt", checkpoint_config=CheckpointConfig(sweep_num_to_keep=1)
+        ),
+    )
+    grid = tuner.fit()
+    _kept(grid)  # no trial errored (a restore from a deleted folder would)
+    assert sum(int(r.metrics_dataframe["exploited"].max()) for r in grid) >= 1
+    if synch:
+        assert any(r.metrics_dataframe["resumed"].max() == 1 for r in grid), "none resumed"
+    assert len(checkpoint_folders(root)) == 1
+
+
+def test_bad_settings_are_refused_before_anything_is_written(storage_path):
+    """Nothing ranks the checkpoints, or a count or budget that is not a positive
+    integer: a ``ValueError`` that says what to set, and no experiment folder."""
+    with pytest.raises(
+        ValueError, match="checkpoint_score_attribute.*TuneConfig has no metric"
+    ):
+        Tuner(
+            sweep_loop,
+            run_config=quiet_run_config(
+                storage_path,
+                "unranked",
+                checkpoint_config=CheckpointConfig(sweep_num_to_keep=2),
+            ),
+        )
+    with pytest.raises(ValueError, match="TuneConfig has no mode"):
+        Tuner(
+            sweep_loop,
+            tune_config=ray.tune.TuneConfig(metric="score"),
+            run_config=quiet_run_config(
+                storage_path,
+                "no_mode",
+                checkpoint_config=CheckpointConfig(sweep_max_bytes=10),
+            ),
+        )
+    assert os.listdir(storage_path) == []
+    for name, bad in [
+        ("sweep_num_to_keep", 0),
+        ("sweep_num_to_keep", -1),
+        ("sweep_num_to_keep", True),
+        ("sweep_num_to_keep", 2.5),
+        ("sweep_max_bytes", "10GB"),
+        ("sweep_max_bytes", 0),
+    ]:
+        with pytest.raises(ValueError, match=f"{name}=.*must be a positive integer"):
+            CheckpointConfig(**{name: bad})
+
+
+def test_restore_after_the_driver_is_killed_finishes_a_deletion_in_flight(
+    ray_start_4_cpus, storage_path
+):
+    """The driver is killed (SIGKILL) mid-sweep, with a decision in flight: a
+    checkpoint chosen for deletion still on disk, next to one the saved state
+    still names (the decision was not saved). ``Tuner.restore`` deletes the
+    first, keeps the second until it decides again, resumes the unfinished
+    trials from their latest checkpoints and keeps what an uninterrupted sweep
+    keeps."""
+    name = "killed"
+    root = Path(storage_path, name)
+    script = textwrap.dedent(
+        f"""
+        import sys
+        sys.path.insert(0, {str(Path(__file__).parent)!r})
+        import ray, ray.tune
+        from test_sweep_retention import _tuner
+        from ray_tt_ext import CheckpointConfig
+        ray.init(address={ray.get_runtime_context().gcs_address!r})
+        _tuner({storage_path!r}, {name!r}, CheckpointConfig(sweep_num_to_keep=2),
+               xs=[1, 2, 3, 4], step_s=0.5).fit()
+        """
+    )
+    driver = subprocess.Popen([sys.executable, "-c", script])
+    try:
+        deadline = time.monotonic() + 180
+        # A decision was made (it writes DELETING), and the saved state names an
+        # unfinished trial's latest checkpoint.
+        while not ((root / DELETING).exists() and _unfinished_latest(root)):
+            assert driver.poll() is None, "the driver ended before its first deletion"
+            assert time.monotonic() < deadline, "no deletion within 180 s"
+            time.sleep(0.2)  # polling for the files, not pacing the run
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    named = Path(_unfinished_latest(root)[0])
+    leftover = named.parent / "checkpoint_leftover"
+    shutil.copytree(named, leftover)
+    (root / DELETING).write_text(json.dumps([str(leftover), str(named)]))
+
+    grid = Tuner.restore(str(root), sweep_loop, resume_unfinished=True).fit()
+    assert not leftover.exists()
+    # The named one was not deleted before its trial resumed from it.
+    (own,) = [r for r in grid if r.path == str(named.parent)]
+    assert own.metrics_dataframe["resumed"].max() == 1
+    kept = _kept(grid)
+    assert kept == {1: [], 2: [], 3: [], 4: ["checkpoint_000003", "checkpoint_000004"]}
+    assert [r.metrics["step"] for r in grid] == [STEPS - 1] * 4
+    assert len(checkpoint_folders(str(root))) == 2
+    assert any(r.metrics_dataframe["resumed"].max() == 1 for r in grid), "no trial resumed"
+
+
+def _unfinished_latest(root: Path) -> list[str]:
+    """The latest checkpoints of unfinished trials in the experiment's saved state."""
+    if not list(root.glob("experiment_state*.json")):
+        return []
+    trials = ray.tune.ExperimentAnalysis(str(root)).trials
+    return [t.checkpoint.path for t in trials if t.status != "TERMINATED" and t.checkpoint]
+
+
+def test_on_s3(ray_start_4_cpus, s3_server):
+    """On S3 (moto's server): the same sweep keeps the same 2 checkpoints."""
+    import uuid
+
+    import pyarrow.fs
+
+    fs = s3_server.filesystem()
+    name = f"sweep_{uuid.uuid4().hex[:8]}"
+    tuner = Tuner(
+        sweep_loop,
+        param_space={
+            "x": ray.tune.grid_search([1, 2, 3]),
+            "steps": 3,
+            "root": "/nonexistent",
+        },
+        tune_config=ray.tune.TuneConfig(
+            metric="score", mode="max", max_concurrent_trials=2
+        ),
+        run_config=tune_api.RunConfig(
+            name=name,
+            storage_path="bucket/sweeps",
+            storage_filesystem=fs,
+            verbose=0,
+            checkpoint_config=CheckpointConfig(sweep_num_to_keep=2),
+        ),
+    )
+    grid = tuner.fit()
+    listed = fs.get_file_info(
+        pyarrow.fs.FileSelector(f"bucket/sweeps/{name}", recursive=True)
+    )
+    folders = sorted(
+        {
+            i.path.rsplit("/", 2)[-2]
+            for i in listed
+            if "/checkpoint_" in i.path and "blob" in i.path
+        }
+    )
+    assert folders == ["checkpoint_000001", "checkpoint_000002"], folders
+    for result in grid:
+        assert result.error is None
+        names = [c.path for c, _ in result.best_checkpoints]
+        expected = (
+            ["checkpoint_000001", "checkpoint_000002"] if result.config["x"] == 3 else []
+        )
+        assert [n.rsplit("/", 1)[-1] for n in names] == expected
+    assert ray_tt_ext.CheckpointConfig is CheckpointConfig
