@@ -89,9 +89,11 @@ class CheckpointConfig(_compat.TuneCheckpointConfig):
             still exploit; every other checkpoint is deleted while the sweep
             runs. Ranked by ``checkpoint_score_attribute`` /
             ``checkpoint_score_order``, else by ``TuneConfig(metric, mode)``.
-            ``num_to_keep`` still applies inside each trial. A finished trial
-            none of whose checkpoints is kept has ``Result.checkpoint`` ``None``.
-            Default ``None``: Tune's per-trial retention only.
+            ``num_to_keep`` still applies inside each trial. An errored trial
+            keeps its latest (``Tuner.restore(resume_errored=True)`` resumes
+            it). A finished trial none of whose checkpoints is kept has
+            ``Result.checkpoint`` ``None``. Default ``None``: Tune's per-trial
+            retention only.
         sweep_max_bytes: keep the best checkpoints beyond the protected ones
             only while everything kept stays within this many bytes (with
             ``sweep_num_to_keep``, at most that many). Protected checkpoints are

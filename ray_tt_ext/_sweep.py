@@ -19,9 +19,10 @@ and deletes the rest while the sweep runs. One :class:`SweepRetention` (a Tune
 callback, in Tune's loop) decides after each step in which a trial reported,
 saved, started, stopped or failed: it records the decision in the experiment
 folder (:data:`DELETING`), drops the checkpoints from Tune's record of their
-trials (``ResultGrid`` never names a deleted folder), saves the experiment's
-state to storage and waits for it (``Tuner.restore`` never finds a
-checkpoint it names deleted), then deletes the folders. ``Tuner.restore``
+trials (``ResultGrid`` never names a deleted folder), and, when a state of the
+experiment saved since it last did names one of them, saves the experiment's
+state to storage and waits for it (``Tuner.restore`` never finds a checkpoint
+it names deleted); then it deletes the folders. ``Tuner.restore``
 after a kill deletes what a decision in flight left, unless the restored state
 still names it. Nothing is deleted outside the experiment folder, and no
 symbolic link is followed.
@@ -104,7 +105,8 @@ def sweep_policy(
                 f"checkpoint_score_attribute and TuneConfig has no {missing}. Fix: set "
                 "CheckpointConfig(checkpoint_score_attribute='loss', "
                 "checkpoint_score_order='min') (any reported metric), or "
-                "TuneConfig(metric='loss', mode='min')."
+                "TuneConfig(metric='loss', mode='min') (a scheduler's or search "
+                "algorithm's own metric is not read)."
             )
     return SweepPolicy(num, max_bytes, metric, mode)
 
@@ -125,10 +127,15 @@ class SweepRetention(ray.tune.Callback):
         # recorded and Tune had not (see v2._controller.TrialController._replay).
         self._runs_resume_unrecorded = runs_resume_unrecorded
         self._statuses: dict[str, str] = {}  # trial id -> status at the last decision
+        # The checkpoints the experiment's states on storage may name: those of each
+        # save since the last one this callback forced and waited for.
+        self._saved: set[str] = set()
         self._controller: Any = None
         self._dirty = True
         self._recovered = False
-        self._ended = False
+        self._ended = False  # no trial may run: the last folders were listed
+        # Dropped from the records, not deleted yet (the state's save failed).
+        self._pending: set[str] = set()
         self._seen = itertools.count()
         self._order: dict[str, int] = {}  # path -> when the sweep first saw it
         self._sizes: dict[str, int] = {}
@@ -142,19 +149,24 @@ class SweepRetention(ray.tune.Callback):
         experiment's state is saved through it before any deletion."""
         self._controller = controller
 
+    def experiment_state_saved(self, trials: list) -> None:
+        """Called by ray_tt_ext's ``TuneController.save_to_dir``: the state saved
+        names these trials' checkpoints (it may reach storage later)."""
+        self._saved |= {c.path for t in trials for c in _tune.trial_checkpoints(t)}
+
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         if not self._recovered:
             self._recovered = True
+            # A restored fit: the state it was restored from names these.
+            self.experiment_state_saved(trials)
             self._finish_decision_in_flight(trials)
 
     def on_step_end(self, iteration: int, trials: list, **info: Any) -> None:
+        # No decision once Tune's loop ended (on_experiment_end): an interrupted
+        # sweep's trials are stopped then, and stay resumable.
         if self._dirty:
             self._dirty = False
             self.decide(trials)
-
-    def on_experiment_end(self, trials: list, **info: Any) -> None:
-        self._ended = True  # no exploit is coming: PBT's picks are no longer needed
-        self.decide(trials)
 
     def _changed(self, *args: Any, **kwargs: Any) -> None:
         self._dirty = True
@@ -173,20 +185,18 @@ class SweepRetention(ray.tune.Callback):
         scores: dict[str, tuple[bool, float]] = {}
         owners: dict[str, list[Any]] = {}
         protected: set[str] = set()
-        waiting: set[Any] = set()
-        if self._scheduler is not None and not self._ended:
-            picks, waiting = _tune.scheduler_checkpoints(self._scheduler)
-            protected |= picks
+        running = [t for t in trials if t.status != _tune.FINISHED]
+        if self._scheduler is not None and running:  # PBT may still exploit
+            protected |= _tune.scheduler_checkpoints(self._scheduler)
         for trial in trials:
-            may_run = trial.status != _tune.FINISHED
             for checkpoint in _tune.trial_checkpoints(trial):
                 path = checkpoint.path
                 owners.setdefault(path, []).append(trial)
                 scores.setdefault(path, self._policy.score(checkpoint.metrics))
                 self._order.setdefault(path, next(self._seen))
-                if checkpoint.latest and (may_run or trial in waiting):
+                if checkpoint.latest and trial.status != _tune.FINISHED:
                     protected.add(path)
-        unrecorded = self._unrecorded(fs, trials, set(owners))
+        unrecorded = self._unrecorded(fs, trials, set(owners), all_ended=not running)
         kept = protected | self._never
         ranked = sorted(scores, key=lambda p: (scores[p], self._order[p]), reverse=True)
         best = (
@@ -198,37 +208,55 @@ class SweepRetention(ray.tune.Callback):
             kept |= set(best)
         else:
             kept |= self._within_budget(fs, best, protected & set(scores))
-        doomed = [p for p in scores if p not in kept] + unrecorded
+        doomed = [p for p in scores if p not in kept]
+        doomed += [p for p in unrecorded if p not in kept]
         doomed = [p for p in doomed if self._deletable(fs, root, p)]
-        if not doomed:
+        if not doomed and not self._pending:
             return []
-        self._write_decision(fs, root, doomed)
-        gone = set(doomed)
+        gone = set(doomed) | self._pending
+        self._write_decision(fs, root, sorted(gone))
         changed = list({id(t): t for p in doomed for t in owners.get(p, ())}.values())
         for trial in changed:
             _tune.drop_checkpoints(trial, gone)
         if self._controller is not None:
-            _tune.save_experiment_state(self._controller, changed)
-        for path in doomed:
+            _tune.records_changed(self._controller, changed)
+            if gone & self._saved:  # a saved state names one: save this one first
+                self._saved = set()
+                if not _tune.save_experiment_state(self._controller):
+                    self._saved |= gone  # the state on storage may still name them
+                    self._pending = gone  # deleted once a save succeeded
+                    self._dirty = True
+                    return []
+        self._pending = set()
+        for path in sorted(gone):
             self._delete(fs, path)
             self._sizes.pop(path, None)
-        logger.debug("Sweep retention deleted %d checkpoint(s): %s", len(doomed), doomed)
-        return doomed
+        logger.debug(
+            "Sweep retention deleted %d checkpoint(s): %s", len(gone), sorted(gone)
+        )
+        return sorted(gone)
 
-    def _unrecorded(self, fs: Any, trials: list, recorded: set[str]) -> list[str]:
+    def _unrecorded(
+        self, fs: Any, trials: list, recorded: set[str], all_ended: bool
+    ) -> list[str]:
         """Checkpoint folders that no trial's record names, in the folders of the
-        trials that stopped since the last decision: a checkpoint a trial wrote
-        just before Tune paused or stopped it, whose report Tune never
-        processed (PBT's pauses leave them), or one the driver did not record
-        before it died. One listing per trial, once per stop. Only folders named
-        as the trial's checkpoints are (by the template of
-        ``CheckpointConfig(checkpoint_dir_name=...)``; a callable's are left). Under
-        ``ray_tt_ext.v2.Tuner`` only once a trial is finished: its run resumes
-        from the checkpoint it recorded last, whether Tune had it or not."""
+        trials that stopped since the last decision, and once more in every
+        trial's folder when the last trial ended (``all_ended``): a checkpoint a
+        trial wrote just before Tune paused or stopped it, whose report Tune
+        never processed (PBT's pauses leave them), or one the driver did not
+        record before it died. One listing per trial and stop. Only folders
+        named as the trial's checkpoints are (by the template of
+        ``CheckpointConfig(checkpoint_dir_name=...)``; a callable's are left).
+        Under ``ray_tt_ext.v2.Tuner`` only once a trial is finished: its run
+        resumes from the checkpoint it recorded last, whether Tune had it or not."""
         found: list[str] = []
+        last_look = all_ended and not self._ended
+        self._ended = all_ended
         for trial in trials:
             status, before = trial.status, self._statuses.get(trial.trial_id)
             self._statuses[trial.trial_id] = status
+            if last_look:
+                before = None
             stopped = status == _tune.FINISHED or (
                 not self._runs_resume_unrecorded and status in _tune.STOPPED
             )
@@ -331,8 +359,10 @@ class SweepRetention(ray.tune.Callback):
     # -- a decision in flight when the driver died -------------------------------
 
     def _write_decision(self, fs: Any, root: str, paths: list[str]) -> None:
+        """One small write: the paths, relative to the experiment folder (it may move)."""
+        relative = [posixpath.relpath(p, root) for p in paths]
         with fs.open_output_stream(posixpath.join(root, DELETING)) as f:
-            f.write(json.dumps(paths).encode("utf-8"))
+            f.write(json.dumps(relative).encode("utf-8"))
 
     def _finish_decision_in_flight(self, trials: list) -> None:
         """At the first step of a fit (``Tuner.restore`` after the driver died):
@@ -349,12 +379,9 @@ class SweepRetention(ray.tune.Callback):
         except (OSError, FileNotFoundError, ValueError):
             return
         named = {c.path for t in trials for c in _tune.trial_checkpoints(t)}
-        for path in paths:
-            if (
-                isinstance(path, str)
-                and path not in named
-                and self._deletable(fs, root, path)
-            ):
+        for relative in paths:
+            path = posixpath.normpath(posixpath.join(root, str(relative)))
+            if path not in named and self._deletable(fs, root, path):
                 self._delete(fs, path)
 
 

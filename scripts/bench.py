@@ -36,6 +36,12 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   trial at a time so that each trial's Ray Data pipeline keeps a CPU, beside the
   best a user could set by hand (``max_concurrent_trials=1``): fit() time, 5
   alternating pairs of 4 trials (1 of 2 with --quick). Goal: <= 1.1.
+* ``sweep_disk``: 40 trials x 8 checkpoints x 4 MiB, 2 at a time (8 x 4 x
+  1 MiB with --quick): peak and final bytes of checkpoints on storage and
+  fit() time with no retention, Tune's per-trial ``num_to_keep=1`` and
+  ``CheckpointConfig(sweep_num_to_keep=3)``; 3 alternating pairs of none and
+  sweep (1 with --quick). Goals: a peak of at most (3 + 2 + 1) checkpoints,
+  sweep / none <= 1.05 in time.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
   over a trainer with a large ``train_loop_config``, each deleted and
   garbage-collected before the next (4 x 300 MiB; 3 x 64 MiB with --quick),
@@ -82,6 +88,7 @@ from rtt_bench.lifetime import bench_lifetime  # noqa: E402
 from rtt_bench.payload import bench_inspect  # noqa: E402
 from rtt_bench.render import DOCS, render  # noqa: E402
 from rtt_bench.s3 import bench_s3  # noqa: E402
+from rtt_bench.sweep_disk import bench_sweep_disk  # noqa: E402
 from rtt_bench.train_loop_config import bench_train_loop_config  # noqa: E402
 from rtt_bench.reuse_trials import bench_reuse_trials  # noqa: E402
 from rtt_bench.tuner import bench_tuner  # noqa: E402
@@ -104,6 +111,7 @@ SECTIONS = {
     "reuse_trials": bench_reuse_trials,
     "data_trials": bench_data_trials,
     "train_loop_config": bench_train_loop_config,
+    "sweep_disk": bench_sweep_disk,
 }
 
 # Sections that start (and stop) Ray themselves, in the setups they measure.
@@ -115,6 +123,7 @@ _OWN_RAY = {
     "v2_trials",
     "reuse_trials",
     "data_trials",
+    "sweep_disk",
 }
 
 

@@ -13,6 +13,7 @@ import tune_api
 from helpers import (
     CountingTrainer,
     RecordingTrainer,
+    checkpoint_folders,
     conversions,
     get_or_create_counter,
     recorded,
@@ -194,3 +195,31 @@ def test_v1_reaches_a_separately_started_cluster_from_a_plain_driver(
     assert "RESULT None" in proc.stdout and proc.stdout.strip().endswith("True")  # V1 ran
     if train_v2_is_rays_default():  # then the variable is what keeps V2 away
         assert "RESULT None 0 True" in proc.stdout
+
+
+def test_sweep_retention_under_ray_client(ray_client, storage_path):
+    """A sweep of a Train V1 trainer under Ray Client with
+    ``CheckpointConfig(sweep_num_to_keep=1)``: its retention runs in the Tuner's
+    actor on the cluster; one checkpoint is left, and the ResultGrid the client
+    gets names only it."""
+    trainer = ray_tt_ext.DataParallelTrainer(
+        report_loop,
+        train_loop_config={"num_reports": 3},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+    )
+    tuner = Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([1, 2, 3])}},
+        tune_config=ray.tune.TuneConfig(metric="loss", mode="min"),
+        run_config=tune_api.RunConfig(
+            storage_path=storage_path,
+            name="client_sweep",
+            checkpoint_config=ray_tt_ext.CheckpointConfig(sweep_num_to_keep=1),
+        ),
+    )
+    results = tuner.fit()
+    assert not results.errors
+    named = [r.checkpoint.path for r in results if r.checkpoint is not None]
+    named += [c.path for r in results for c, _ in r.best_checkpoints]
+    on_disk = checkpoint_folders(os.path.join(storage_path, "client_sweep"))
+    assert len(on_disk) == 1 and set(named) == set(on_disk), (named, on_disk)

@@ -236,6 +236,38 @@ def test_restore_after_the_driver_is_killed_finishes_a_deletion_in_flight(
     keeps."""
     name = "killed"
     root = Path(storage_path, name)
+    # The experiment's state saved every second (Ray's default: every 10 s or
+    # more), so that one names running trials' checkpoints before the kill.
+    driver = _driver(storage_path, name, TUNE_GLOBAL_CHECKPOINT_S="1")
+    try:
+        # A decision was made (it writes DELETING), and the saved state names an
+        # unfinished trial's latest checkpoint.
+        _wait_for(
+            driver,
+            lambda: (root / DELETING).exists() and _unfinished_latest(root),
+            "its first deletion",
+        )
+    finally:
+        driver.send_signal(signal.SIGKILL)
+        driver.wait()
+    named = Path(_unfinished_latest(root)[0])
+    leftover = named.parent / "checkpoint_leftover"
+    shutil.copytree(named, leftover)
+    (root / DELETING).write_text(  # as the sweep writes it: relative to the experiment
+        json.dumps([str(leftover.relative_to(root)), str(named.relative_to(root))])
+    )
+
+    grid = Tuner.restore(str(root), sweep_loop, resume_unfinished=True).fit()
+    assert not leftover.exists()
+    # The named one was not deleted before its trial resumed from it.
+    (own,) = [r for r in grid if r.path == str(named.parent)]
+    assert own.metrics_dataframe["resumed"].max() == 1
+    _finishes_as_uninterrupted(grid, root)
+
+
+def _driver(storage_path: str, name: str, **env: str) -> subprocess.Popen:
+    """A driver of its own (joining the session's Ray) that runs a 4-trial sweep
+    with ``sweep_num_to_keep=2``, half a second a step."""
     script = textwrap.dedent(
         f"""
         import sys
@@ -248,33 +280,54 @@ def test_restore_after_the_driver_is_killed_finishes_a_deletion_in_flight(
                xs=[1, 2, 3, 4], step_s=0.5).fit()
         """
     )
-    driver = subprocess.Popen([sys.executable, "-c", script])
-    try:
-        deadline = time.monotonic() + 180
-        # A decision was made (it writes DELETING), and the saved state names an
-        # unfinished trial's latest checkpoint.
-        while not ((root / DELETING).exists() and _unfinished_latest(root)):
-            assert driver.poll() is None, "the driver ended before its first deletion"
-            assert time.monotonic() < deadline, "no deletion within 180 s"
-            time.sleep(0.2)  # polling for the files, not pacing the run
-    finally:
-        driver.send_signal(signal.SIGKILL)
-        driver.wait()
-    named = Path(_unfinished_latest(root)[0])
-    leftover = named.parent / "checkpoint_leftover"
-    shutil.copytree(named, leftover)
-    (root / DELETING).write_text(json.dumps([str(leftover), str(named)]))
+    return subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, **env))
 
-    grid = Tuner.restore(str(root), sweep_loop, resume_unfinished=True).fit()
-    assert not leftover.exists()
-    # The named one was not deleted before its trial resumed from it.
-    (own,) = [r for r in grid if r.path == str(named.parent)]
-    assert own.metrics_dataframe["resumed"].max() == 1
-    kept = _kept(grid)
-    assert kept == {1: [], 2: [], 3: [], 4: ["checkpoint_000003", "checkpoint_000004"]}
+
+def _wait_for(driver: subprocess.Popen, condition, what: str) -> None:
+    deadline = time.monotonic() + 180
+    while not condition():
+        assert driver.poll() is None, f"the driver ended before {what}"
+        assert time.monotonic() < deadline, f"not {what} within 180 s"
+        time.sleep(0.2)  # polling for the files, not pacing the run
+
+
+def _finishes_as_uninterrupted(grid, root: Path) -> None:
+    assert _kept(grid) == {
+        1: [],
+        2: [],
+        3: [],
+        4: ["checkpoint_000003", "checkpoint_000004"],
+    }
     assert [r.metrics["step"] for r in grid] == [STEPS - 1] * 4
     assert len(checkpoint_folders(str(root))) == 2
     assert any(r.metrics_dataframe["resumed"].max() == 1 for r in grid), "no trial resumed"
+
+
+def test_an_interrupted_sweep_stays_resumable(ray_start_4_cpus, storage_path):
+    """Ctrl-C (SIGINT) ends the sweep with trials running: Tune saves the
+    experiment's state, then stops them, and their latest checkpoints stay, so
+    ``Tuner.restore`` resumes them and ends with what an uninterrupted sweep
+    keeps."""
+    name = "interrupted"
+    root = Path(storage_path, name)
+    driver = _driver(storage_path, name)
+    try:
+        _wait_for(
+            driver, lambda: len(list(root.glob("*/checkpoint_*"))) >= 3, "3 checkpoints"
+        )
+        driver.send_signal(signal.SIGINT)
+        assert driver.wait(timeout=120) == 0
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+            driver.wait()
+    unfinished = [
+        t for t in ray.tune.ExperimentAnalysis(str(root)).trials if t.status != "TERMINATED"
+    ]
+    assert unfinished and all(t.checkpoint for t in unfinished), unfinished
+    assert all(os.path.isdir(t.checkpoint.path) for t in unfinished)
+    grid = Tuner.restore(str(root), sweep_loop, resume_unfinished=True).fit()
+    _finishes_as_uninterrupted(grid, root)
 
 
 def _unfinished_latest(root: Path) -> list[str]:
@@ -315,19 +368,17 @@ def test_on_s3(ray_start_4_cpus, s3_server):
     listed = fs.get_file_info(
         pyarrow.fs.FileSelector(f"bucket/sweeps/{name}", recursive=True)
     )
-    folders = sorted(
-        {
-            i.path.rsplit("/", 2)[-2]
-            for i in listed
-            if "/checkpoint_" in i.path and "blob" in i.path
-        }
-    )
-    assert folders == ["checkpoint_000001", "checkpoint_000002"], folders
+    on_s3 = sorted({i.path.rsplit("/", 1)[0] for i in listed if i.path.endswith("/blob")})
+    named = []
     for result in grid:
         assert result.error is None
-        names = [c.path for c, _ in result.best_checkpoints]
-        expected = (
-            ["checkpoint_000001", "checkpoint_000002"] if result.config["x"] == 3 else []
-        )
-        assert [n.rsplit("/", 1)[-1] for n in names] == expected
+        named += [c.path for c, _ in result.best_checkpoints]
+        if result.config["x"] != 3:
+            assert result.checkpoint is None and not result.best_checkpoints
+    # The 2 best (trial x=3's last two), and nothing else, on S3 and in the grid.
+    assert sorted(named) == on_s3, (named, on_s3)
+    assert [p.rsplit("/", 1)[-1] for p in on_s3] == [
+        "checkpoint_000001",
+        "checkpoint_000002",
+    ]
     assert ray_tt_ext.CheckpointConfig is CheckpointConfig

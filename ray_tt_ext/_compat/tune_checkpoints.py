@@ -13,11 +13,14 @@ rebuilds the trials, is what ``TuneController.checkpoint`` saves.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from typing import Any, Optional
 
 from ray.train._internal.session import _FutureTrainingResult
 from ray.train._internal.storage import _delete_fs_path
 from ray.tune.experiment import Trial
+
+logger = logging.getLogger("ray_tt_ext")
 
 #: A trial in this status never runs again in this fit (an ERROR trial may:
 #: ``Tuner.restore(..., resume_errored=True)``).
@@ -78,35 +81,48 @@ def drop_checkpoints(trial: Any, paths: set[str]) -> None:
     trial.run_metadata.invalidate_cache()  # the JSON the experiment's state saves
 
 
-def scheduler_checkpoints(scheduler: Any) -> tuple[set[str], set[Any]]:
-    """What a scheduler may still restore a trial from: PBT's checkpoint of each
-    trial in its upper quantile (``PopulationBasedTraining._trial_state``), read
-    at an exploit. Returns the paths, and the trials whose save PBT is still
-    waiting for (their checkpoint is not known yet)."""
+def scheduler_checkpoints(scheduler: Any) -> set[str]:
+    """What a scheduler may still restore a trial from: the checkpoint PBT took of
+    each trial at its last interval (``PopulationBasedTraining._trial_state``),
+    which it reads at an exploit. A save PBT still waits for is not known yet:
+    its checkpoint is its trial's latest until then."""
     paths: set[str] = set()
-    waiting: set[Any] = set()
-    for trial, state in dict(getattr(scheduler, "_trial_state", None) or {}).items():
+    for state in dict(getattr(scheduler, "_trial_state", None) or {}).values():
         last = getattr(state, "last_checkpoint", None)
         if isinstance(last, _FutureTrainingResult):
             result = last.resolve(block=False)
-            if result is None:
-                waiting.add(trial)
-                continue
-            last = result.checkpoint
+            last = None if result is None else result.checkpoint
         if last is not None and getattr(last, "path", None):
             paths.add(path_of(last))
-    return paths, waiting
+    return paths
 
 
-def save_experiment_state(controller: Any, changed: list) -> None:
-    """Save the experiment's state to storage now, with the ``changed`` trials'
-    records made again (Ray's ``TuneController._mark_trial_to_checkpoint``),
-    and wait until it is there (``TuneController.checkpoint(force=True,
-    wait=True)``), so that ``Tuner.restore`` never finds a checkpoint it names
-    deleted."""
+def records_changed(controller: Any, changed: list) -> None:
+    """The next save of the experiment's state writes the ``changed`` trials'
+    records again (Ray's ``TuneController._mark_trial_to_checkpoint``: it keeps
+    the JSON of the others from their last change)."""
     for trial in changed:
         controller._mark_trial_to_checkpoint(trial)
-    controller.checkpoint(force=True, wait=True)
+
+
+def save_experiment_state(controller: Any) -> bool:
+    """Save the experiment's state to storage now (Ray's
+    ``TuneController.checkpoint(force=True)``) and wait until it is there (the
+    storage's ``syncer.wait()``, which Ray's ``wait=True`` would let fail with a
+    log line only), so that ``Tuner.restore`` never finds a checkpoint it names
+    deleted. ``False`` (and a warning) when the save failed."""
+    controller.checkpoint(force=True, wait=False)
+    try:
+        controller._checkpoint_manager._storage.syncer.wait()
+    except Exception as e:  # the upload's own error, whatever the filesystem
+        logger.warning(
+            "Saving the experiment's state failed (%s: %s); the sweep's retention "
+            "deletes nothing until a save succeeds.",
+            type(e).__name__,
+            e,
+        )
+        return False
+    return True
 
 
 def delete_fs_path(fs: Any, path: str) -> None:

@@ -363,7 +363,8 @@ class _TuneController(_RayTuneController):
         (:class:`_TrialsLeavingDataCpus`'s for a trainer with datasets, once
         :func:`check_data_cpus` let the fit run); a callback with
         ``attach_controller`` (``ray_tt_ext._sweep.SweepRetention``) is given this
-        controller, to save the experiment's state through."""
+        controller, to save the experiment's state through, and hears of each save
+        (:meth:`save_to_dir`)."""
         fixed = _FIXED.get()
         if fixed and kwargs.get("resource_manager_factory") is None:
             data = _DATA_CPUS.get()
@@ -376,10 +377,29 @@ class _TuneController(_RayTuneController):
                 )
         super().__init__(*args, **kwargs)
         self._rtt_fixed_pause = fixed
-        for callback in kwargs.get("callbacks") or ():  # tune.run gives them by name
-            attach = getattr(callback, "attach_controller", None)
-            if fixed and attach is not None:  # the sweep's retention saves through it
-                attach(self)
+        self._rtt_state_listeners = [
+            callback
+            for callback in kwargs.get("callbacks") or ()  # tune.run gives them by name
+            if fixed and hasattr(callback, "attach_controller")
+        ]
+        for callback in self._rtt_state_listeners:  # the sweep's retention saves through it
+            callback.attach_controller(self)
+
+    def __getstate__(self) -> dict:
+        """Extends Ray's ``TuneController.__getstate__`` (what the experiment's state
+        saves of the controller; Tune's loop): without the callbacks it tells of
+        each save, which hold this controller."""
+        state = super().__getstate__()
+        state.pop("_rtt_state_listeners", None)
+        return state
+
+    def save_to_dir(self) -> None:
+        """Extends Ray's ``TuneController.save_to_dir`` (Tune's loop: driver, or the Ray
+        Client Tuner actor): a callback given this controller (the sweep's
+        retention) is told what each save of the experiment's state names."""
+        super().save_to_dir()
+        for callback in getattr(self, "_rtt_state_listeners", ()):
+            callback.experiment_state_saved(self._trials)
 
     def _schedule_trial_pause(self, trial: Any, should_checkpoint: bool = True) -> None:
         """Extends Ray's ``TuneController._schedule_trial_pause``; runs in Tune's

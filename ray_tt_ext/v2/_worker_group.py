@@ -237,14 +237,16 @@ def _restore_without_deleted(manager: Any) -> None:
     the controller's event loop of a ``ray_tt_ext.v2.Tuner`` trial (installed by
     :func:`tune_owns_checkpoints`; it calls Ray's).
 
-    The sweep's retention (``ray_tt_ext.CheckpointConfig(sweep_num_to_keep=...)``)
-    deletes a running trial's older checkpoints that the run's snapshot still
-    lists; Ray's ``_assert_checkpoints_exist`` would refuse the run when the
-    trial is retried, exploited or restored. Here the deleted ones are dropped
-    from the restored list; a missing latest checkpoint (which the sweep never
-    deletes while the trial may run) is still Ray's error.
+    Tune deletes a trial's checkpoints that its retention drops, among them
+    ones the run's snapshot still lists: the sweep's retention
+    (``ray_tt_ext.CheckpointConfig(sweep_num_to_keep=...)``) deletes a running
+    trial's older checkpoints, and, once PBT gave the trial another trial's
+    checkpoint, its own latest. Ray's ``_assert_checkpoints_exist`` would refuse
+    the run when the trial is retried, exploited or restored; here the deleted
+    ones are dropped from the restored list (the run's latest becomes the newest
+    left). What the trial resumes from is Tune's checkpoint of it, which is
+    never deleted while the trial may run (``v2._trial._resume_from``).
     """
-    ray_check = manager._assert_checkpoints_exist
     manager._assert_checkpoints_exist = lambda: None
     try:
         _RAYS_RESTORE[0](manager)
@@ -258,16 +260,18 @@ def _restore_without_deleted(manager: Any) -> None:
     }
     if not gone:
         return
+    left = [r for r in manager._checkpoint_results if r.checkpoint not in gone]
+    manager._checkpoint_results = left
+    order = manager._checkpoint_to_report_index
+    for checkpoint in gone:
+        order.pop(checkpoint, None)
+        getattr(manager, "_pending_training_results", {}).pop(checkpoint, None)
     latest = manager._latest_checkpoint_result
     if latest is not None and latest.checkpoint in gone:
-        ray_check()
-    manager._checkpoint_results = [
-        r for r in manager._checkpoint_results if r.checkpoint not in gone
-    ]
-    for checkpoint in gone:
-        manager._checkpoint_to_report_index.pop(checkpoint, None)
-        getattr(manager, "_pending_training_results", {}).pop(checkpoint, None)
-    logger.info("The run's snapshot listed %d checkpoint(s) the sweep deleted", len(gone))
+        # The newest by report index (Ray < 2.54 keeps none: the list's last).
+        ranked = [(order.get(r.checkpoint, -1), i, r) for i, r in enumerate(left)]
+        manager._latest_checkpoint_result = max(ranked, default=(0, 0, None))[2]
+    logger.info("The run's snapshot listed %d checkpoint(s) Tune deleted", len(gone))
 
 
 #: Ray's ``CheckpointManager._maybe_load_state_from_storage`` (set at the first install).

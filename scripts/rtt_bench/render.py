@@ -377,6 +377,33 @@ def render(sections: dict[str, Any]) -> str:
                     f"| {flavour} | {data['seconds'][flavour]:.1f} s "
                     f"| {data['at_once'][flavour]} |"
                 )
+        elif name == "sweep_disk":
+            mib = data["checkpoint_bytes"] / 2**20
+            lines += [
+                f"A sweep of {data['trials']} trials of a function trainable, each writing "
+                f"{data['checkpoints_per_trial']} checkpoints of {mib:g} MiB, "
+                f"{data['at_once']} at a time, with `ray_tt_ext.Tuner`: `none` (no "
+                "retention), `per_trial` (Tune's `num_to_keep=1` ranked by the score: the "
+                "best a user can do without ray_tt_ext) and `sweep` "
+                f"(`CheckpointConfig(sweep_num_to_keep={data['sweep_num_to_keep']})`). The "
+                "driver adds up the checkpoint folders' bytes every 0.1 s (peak) and after "
+                f"fit() (final). {data['pairs']} alternating pairs of none and sweep; times "
+                "are medians, the ratio the median of the pairs'. Goals: a peak of at most "
+                f"{data['goal_peak_bytes'] / 2**20:g} MiB "
+                f"({data['sweep_num_to_keep']} + {data['at_once']} + 1 checkpoints): "
+                f"**{'met' if data['peak_goal_met'] else 'not met'}**; sweep / none <= 1.05 "
+                f"in fit() time: **{data['ratio']:.3f}, "
+                f"{'met' if data['time_goal_met'] else 'not met'}** (pairs: "
+                f"{', '.join(f'{r:.3f}' for r in data['pair_ratios'])}).",
+                "",
+                "| flavour | fit() | peak on storage | final on storage | errors |",
+                "| --- | --- | --- | --- | --- |",
+            ]
+            for flavour, r in data["flavours"].items():
+                lines.append(
+                    f"| {flavour} | {r['seconds']:.1f} s | {format_bytes(r['peak_bytes'])} "
+                    f"| {format_bytes(r['final_bytes'])} | {r['errors']} |"
+                )
         elif name == "train_loop_config":
             lines += [
                 f"A 1-worker V1 trainer with {format_bytes(data['attached_bytes'])} of numpy "
