@@ -312,6 +312,36 @@ def test_check_ray_runs_as_a_module():
     assert "ok" in done.stdout
 
 
+def test_a_ray_without_a_name_ray_tt_ext_imports_is_named_not_an_import_error():
+    """A Ray build without a name that ``ray_tt_ext._compat`` imports when it is
+    first used (here Tune's ``_is_ray_cluster``), in a fresh interpreter:
+    ``import ray_tt_ext`` works, taking ``ray_tt_ext.Tuner`` raises
+    ``UnsupportedRayVersionError`` naming the attribute, not Python's
+    ``ImportError``, and ``check-ray`` lists it with exit status 1."""
+    import subprocess
+    import sys
+
+    script = """if True:
+        import ray.tune.execution.cluster_info as module
+        del module._is_ray_cluster  # a Ray build without it
+        import ray_tt_ext
+        try:
+            ray_tt_ext.Tuner
+        except ray_tt_ext.UnsupportedRayVersionError as e:
+            print("REFUSED", e)
+        from ray_tt_ext.__main__ import main
+        print("EXIT", main(["check-ray"]))
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
+    out = done.stdout
+    assert done.returncode == 0, out + done.stderr
+    assert "REFUSED" in out and "cluster_info:_is_ray_cluster" in out, out
+    assert "ImportError" not in out + done.stderr
+    assert "EXIT 1" in out and "missing 1 of" in out, out
+
+
 def test_a_tuner_on_a_ray_that_lacks_an_attribute_says_which_before_any_trial(
     monkeypatch,
 ):

@@ -26,6 +26,8 @@ never does (see ``ray_tt_ext/__init__.py``).
 
 from __future__ import annotations
 
+from typing import Any, Optional
+
 # isort: off
 # versions first: it checks Ray's version before anything imports ray.train.
 from ray_tt_ext._compat.versions import (
@@ -49,89 +51,98 @@ from ray_tt_ext._compat.versions import (
     tune_report,
     v2_migration_warnings_enabled,
 )
-from ray_tt_ext._compat.core import (
-    Experiment,
-    StorageContext,
-    acting_as_tune_driver,
-    actor_ready_ref,
-    add_post_init_hook,
-    claim_job_key,
-    connect_global_state,
-    count_out_of_band_pins,
-    current_actor_or_none,
-    dead_train_controllers_placement_groups,
-    experiment_fs_and_path,
-    experiment_fs_path,
-    force_on_current_node_options,
-    global_state_connects_locked,
-    guard_tune_registry,
-    is_driver_process,
-    note_ref_pickled,
-    release_job_key,
-    release_out_of_band_pins,
-    set_experiment_storage_context_cls,
-    train_run_pids,
-)
-from ray_tt_ext._compat.train_mode import (
-    AirScalingConfig,
-    MIN_TRAIN_V2_RAY_VERSION,
-    TrainV2DisabledError,
-    TrainV2EnabledError,
-    ensure_train_v1,
-    ensure_train_v2,
-    is_train_v2_trainer,
-    to_train_v1,
-    train_v1_runtime_env_vars,
-    train_v2_enabled,
-)
-from ray_tt_ext._compat.train_v1 import (
-    BorrowedPlacementGroup,
-    RayTrainWorker,
-    TrainBackendError,
-    WorkerReader,
-    captures_child_tasks,
-    data_context_if_used,
-    executor_env,
-    get_session,
-    join_training_thread,
-    set_data_context,
-    tune_report_queue,
-    use_capturing_worker_group,
-    wait_for_workers_to_take_their_calls,
-    worker_report_synchronously,
-    worker_readers,
-)
-from ray_tt_ext._compat.overrides import (
-    RAY_OVERRIDES,
-    RayOverride,
-)
-from ray_tt_ext._compat.ray_check import check_ray_attributes
-from ray_tt_ext._compat.tune_loop import DataCpus, tune_controller_fixed
 
-# Ray's own names that the other modules take from here.
-import ray.cloudpickle as ray_cloudpickle
-from ray.air._internal.usage import AirEntrypoint
-from ray.air._internal.util import StartTraceback, StartTracebackWithWorkerRank
-from ray.exceptions import ActorDiedError
-from ray.train._internal.backend_executor import (
-    BackendExecutor,
-    InactiveWorkerGroup,
-    InactiveWorkerGroupError,
-    TrainingWorkerError,
-)
-from ray.train.base_trainer import BaseTrainer
-from ray.train.constants import CHECKPOINT_DIR_NAME
-from ray.train.data_parallel_trainer import DataParallelTrainer
-from ray.tune.error import TuneError
-from ray.tune.execution.placement_groups import PlacementGroupFactory
-from ray.tune.impl.tuner_internal import TunerInternal
-from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
-from ray.tune.result import RESULT_DUPLICATE
-from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_function
+# Ray's names, and ours built on them: a Ray build that lacks one of them (a
+# fork, a nightly) gets UnsupportedRayVersionError naming what it lacks at the
+# first name taken from here (``__getattr__``), and ``check-ray`` still runs.
+try:
+    from ray_tt_ext._compat.core import (
+        Experiment,
+        StorageContext,
+        acting_as_tune_driver,
+        actor_ready_ref,
+        add_post_init_hook,
+        claim_job_key,
+        connect_global_state,
+        count_out_of_band_pins,
+        current_actor_or_none,
+        dead_train_controllers_placement_groups,
+        experiment_fs_and_path,
+        experiment_fs_path,
+        force_on_current_node_options,
+        global_state_connects_locked,
+        guard_tune_registry,
+        is_driver_process,
+        note_ref_pickled,
+        release_job_key,
+        release_out_of_band_pins,
+        set_experiment_storage_context_cls,
+        train_run_pids,
+    )
+    from ray_tt_ext._compat.train_mode import (
+        AirScalingConfig,
+        MIN_TRAIN_V2_RAY_VERSION,
+        TrainV2DisabledError,
+        TrainV2EnabledError,
+        ensure_train_v1,
+        ensure_train_v2,
+        is_train_v2_trainer,
+        to_train_v1,
+        train_v1_runtime_env_vars,
+        train_v2_enabled,
+    )
+    from ray_tt_ext._compat.train_v1 import (
+        BorrowedPlacementGroup,
+        RayTrainWorker,
+        TrainBackendError,
+        WorkerReader,
+        captures_child_tasks,
+        data_context_if_used,
+        executor_env,
+        get_session,
+        join_training_thread,
+        set_data_context,
+        tune_report_queue,
+        use_capturing_worker_group,
+        wait_for_workers_to_take_their_calls,
+        worker_report_synchronously,
+        worker_readers,
+    )
+    from ray_tt_ext._compat.overrides import (
+        RAY_OVERRIDES,
+        RayOverride,
+    )
+    from ray_tt_ext._compat.ray_check import check_ray_attributes
+    from ray_tt_ext._compat.tune_loop import DataCpus, tune_controller_fixed
 
-# Train V1 activation lives in ``_env`` (it must run before anything imports
-# ``ray.train``); its variable's name is re-exported for the other modules.
-from ray_tt_ext._env import V2_ENV_VAR
+    # Ray's own names that the other modules take from here.
+    import ray.cloudpickle as ray_cloudpickle
+    from ray.air._internal.usage import AirEntrypoint
+    from ray.air._internal.util import StartTraceback, StartTracebackWithWorkerRank
+    from ray.exceptions import ActorDiedError
+    from ray.train._internal.backend_executor import (
+        BackendExecutor,
+        InactiveWorkerGroup,
+        InactiveWorkerGroupError,
+        TrainingWorkerError,
+    )
+    from ray.train.base_trainer import BaseTrainer
+    from ray.train.constants import CHECKPOINT_DIR_NAME
+    from ray.train.data_parallel_trainer import DataParallelTrainer
+    from ray.tune.error import TuneError
+    from ray.tune.execution.placement_groups import PlacementGroupFactory
+    from ray.tune.impl.tuner_internal import TunerInternal
+    from ray.tune.logger import CSVLoggerCallback, JsonLoggerCallback
+    from ray.tune.result import RESULT_DUPLICATE
+    from ray.tune.trainable.function_trainable import FunctionTrainable, wrap_function
+
+    # Train V1 activation lives in ``_env`` (it must run before anything imports
+    # ``ray.train``); its variable's name is re-exported for the other modules.
+    from ray_tt_ext._env import V2_ENV_VAR
+except (ImportError, AttributeError) as _error:  # see __getattr__
+    _IMPORT_ERROR: Optional[BaseException] = _error
+else:
+    _IMPORT_ERROR = None
 
 # isort: on
 
@@ -228,3 +239,16 @@ __all__ = [
     "wrap_function",
     "has_v2_migration_warnings",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """A name this package could not import from the installed Ray (see the
+    ``try`` above): ``UnsupportedRayVersionError`` naming every Ray attribute
+    ray_tt_ext builds on that this Ray lacks."""
+    if _IMPORT_ERROR is not None and name in __all__:
+        from ray_tt_ext._compat.ray_check import import_failed_message
+
+        raise UnsupportedRayVersionError(
+            import_failed_message(_IMPORT_ERROR)
+        ) from _IMPORT_ERROR
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

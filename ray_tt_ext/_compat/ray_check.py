@@ -263,3 +263,19 @@ def unsupported_message(what: str, missing: list[MissingRayAttribute]) -> str:
         f"<{MAX_RAY_VERSION}' (a release listed in docs/compatibility.md); "
         "`python -m ray_tt_ext check-ray` lists what this Ray lacks."
     )
+
+
+def import_failed_message(error: BaseException) -> str:
+    """What ``ray_tt_ext._compat`` says when a name it imports from Ray is missing:
+    every attribute of ``RAY_OVERRIDES`` this Ray lacks, or the import's own error
+    when the name is not one of them."""
+    missing = missing_ray_attributes()
+    if missing:
+        return unsupported_message("ray_tt_ext", missing)
+    return (
+        f"ray_tt_ext could not import a name it builds on from the installed "
+        f"ray=={RAY_VERSION} ({type(error).__name__}: {error}): a build of Ray that "
+        "differs from its release (a fork, a nightly), or a release outside "
+        f">={MIN_RAY_VERSION},<{MAX_RAY_VERSION}. Nothing was started. Fix: install a "
+        "release listed in docs/compatibility.md."
+    )

@@ -404,6 +404,8 @@ def render(sections: dict[str, Any]) -> str:
                     f"| {flavour} | {r['seconds']:.1f} s | {format_bytes(r['peak_bytes'])} "
                     f"| {format_bytes(r['final_bytes'])} | {r['errors']} |"
                 )
+            if (NOTES / "sweep_disk.md").exists():
+                lines += ["", "### Notes", "", _notes("sweep_disk")]
         elif name == "train_loop_config":
             lines += [
                 f"A 1-worker V1 trainer with {format_bytes(data['attached_bytes'])} of numpy "
