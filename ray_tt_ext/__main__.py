@@ -103,13 +103,14 @@ def _cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_ray(args: argparse.Namespace) -> int:
-    from ray_tt_ext._compat import ray_check, train_mode, versions
+    from ray_tt_ext._compat import ray_check, versions
 
     missing = ray_check.missing_ray_attributes()
+    v2_since = ray_check.TRAIN_V2_SINCE
     print(
         f"ray=={versions.RAY_VERSION} (ray_tt_ext supports "
         f">={versions.MIN_RAY_VERSION},<{versions.MAX_RAY_VERSION}; ray_tt_ext.v2 "
-        f">={train_mode.MIN_TRAIN_V2_RAY_VERSION})"
+        f">={v2_since})"
     )
     labels = {
         ray_check.TUNE: "Ray Tune (both Tuners)",
@@ -123,9 +124,7 @@ def _cmd_check_ray(args: argparse.Namespace) -> int:
             if ray_check.part_of(e) == part and ray_check.applies(e)
         }
         if not looked_up:
-            print(
-                f"{label}: needs ray>={train_mode.MIN_TRAIN_V2_RAY_VERSION} (not looked up)"
-            )
+            print(f"{label}: needs ray>={v2_since} (not looked up)")
             continue
         lacks = [m for m in missing if m.part == part]
         verdict = f"missing {len(lacks)} of {len(looked_up)}" if lacks else "ok"

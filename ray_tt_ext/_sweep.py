@@ -50,8 +50,9 @@ from ray_tt_ext._naming import DEFAULT_DIR_NAME_TEMPLATE, name_pattern
 
 logger = logging.getLogger("ray_tt_ext")
 
-#: The names Ray Train V2 gives checkpoints (``checkpoint_<date>_<time>.<µs>``).
-_TRAIN_V2_NAMES = re.compile(r"^checkpoint_\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d{6}$")
+#: The names Tune (``checkpoint_000007``) and Ray Train V2
+#: (``checkpoint_<date>_<time>.<µs>``) give checkpoints by default.
+_DEFAULT_NAMES = re.compile(r"^checkpoint_(\d{6}|\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d{6})$")
 #: The decision in flight, in the experiment folder: the checkpoints it deletes.
 DELETING = ".ray_tt_ext_sweep_deleting.json"
 
@@ -179,13 +180,13 @@ class SweepRetention(ray.tune.Callback):
     def decide(self, trials: list) -> list[str]:
         """Delete what the sweep no longer keeps; returns the deleted paths."""
         where = next((s for s in map(_tune.storage_of, trials) if s is not None), None)
-        if where is None:
+        if where is None or self._controller is None:  # nothing deleted unsaved
             return []
         fs, root = where
         scores: dict[str, tuple[bool, float]] = {}
         owners: dict[str, list[Any]] = {}
         protected: set[str] = set()
-        running = [t for t in trials if t.status != _tune.FINISHED]
+        running = [t for t in trials if t.status in _tune.MAY_RUN]
         if self._scheduler is not None and running:  # PBT may still exploit
             protected |= _tune.scheduler_checkpoints(self._scheduler)
         for trial in trials:
@@ -218,15 +219,16 @@ class SweepRetention(ray.tune.Callback):
         changed = list({id(t): t for p in doomed for t in owners.get(p, ())}.values())
         for trial in changed:
             _tune.drop_checkpoints(trial, gone)
-        if self._controller is not None:
-            _tune.records_changed(self._controller, changed)
-            if gone & self._saved:  # a saved state names one: save this one first
-                self._saved = set()
-                if not _tune.save_experiment_state(self._controller):
-                    self._saved |= gone  # the state on storage may still name them
-                    self._pending = gone  # deleted once a save succeeded
-                    self._dirty = True
-                    return []
+        # Every trial that may run too: PBT's exploit changes its latest without
+        # Tune writing its record again.
+        _tune.records_changed(self._controller, [*changed, *running])
+        if gone & self._saved:  # a saved state names one: save this one first
+            before, self._saved = self._saved, set()
+            if not _tune.save_experiment_state(self._controller):
+                self._saved |= before | gone  # the states on storage may name them
+                self._pending = gone  # deleted once a save succeeded
+                self._dirty = True
+                return []
         self._pending = set()
         for path in sorted(gone):
             self._delete(fs, path)
@@ -263,8 +265,8 @@ class SweepRetention(ray.tune.Callback):
             folder = _tune.trial_folder(trial)
             policy = getattr(trial.storage, "checkpoint_dir_name_policy", None)
             pattern = name_pattern(policy or DEFAULT_DIR_NAME_TEMPLATE)
-            if self._runs_resume_unrecorded and policy in (None, DEFAULT_DIR_NAME_TEMPLATE):
-                pattern = _TRAIN_V2_NAMES  # Ray Train V2's own names
+            if policy in (None, DEFAULT_DIR_NAME_TEMPLATE):  # Tune's or Train V2's names
+                pattern = _DEFAULT_NAMES
             if not stopped or status == before or folder is None or pattern is None:
                 continue
             try:

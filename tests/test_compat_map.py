@@ -447,6 +447,7 @@ def test_the_supported_releases_are_said_the_same_everywhere(monkeypatch):
         versions.MAX_RAY_VERSION,
         train_mode.MIN_TRAIN_V2_RAY_VERSION,
     )
+    assert ray_check.TRAIN_V2_SINCE == v2  # check-ray's, without train_mode
     page = (ROOT / "docs" / "compatibility.md").read_text()
     assert f"Ray\n  `>={low},<{high}`" in page or f"Ray `>={low},<{high}`" in page
     assert f"`>={v2},<{high}`" in page

@@ -139,7 +139,9 @@ try:
     # Train V1 activation lives in ``_env`` (it must run before anything imports
     # ``ray.train``); its variable's name is re-exported for the other modules.
     from ray_tt_ext._env import V2_ENV_VAR
-except (ImportError, AttributeError) as _error:  # see __getattr__
+except ImportError as _error:  # see __getattr__
+    if not (_error.name or "").startswith("ray"):  # ours, or another package's
+        raise
     _IMPORT_ERROR: Optional[BaseException] = _error
 else:
     _IMPORT_ERROR = None

@@ -51,8 +51,11 @@ _TRAIN_V1_MODULES = frozenset(
         "ray_tt_ext._compat.train_v1",
     }
 )
-#: The first Ray release with Train V2 by default: what ``since`` is for Train V2.
-_TRAIN_V2_SINCE = (2, 51)
+#: The first Ray release with Train V2 by default: what ``since`` is for Train V2
+#: (``train_mode.MIN_TRAIN_V2_RAY_VERSION``, without importing it: a Ray build
+#: ``train_mode`` cannot import still gets ``check-ray``'s list).
+TRAIN_V2_SINCE = Version("2.51.0")
+_TRAIN_V2_SINCE = TRAIN_V2_SINCE.release[:2]
 #: Modules looked up in their source unless already imported (they import an
 #: optional framework).
 _READ_NOT_IMPORTED = ("ray.train.torch",)
@@ -249,7 +252,7 @@ def unsupported_message(what: str, missing: list[MissingRayAttribute]) -> str:
     lines = "\n".join(f"  - {m}" for m in missing)
     low = MIN_RAY_VERSION
     if any(m.part == TRAIN_V2 for m in missing):
-        from ray_tt_ext._compat.train_mode import MIN_TRAIN_V2_RAY_VERSION as low
+        low = TRAIN_V2_SINCE
     in_range = MIN_RAY_VERSION.release <= RAY_VERSION.release < MAX_RAY_VERSION.release
     why = (
         "a build of Ray that differs from its release (a fork, a nightly)"

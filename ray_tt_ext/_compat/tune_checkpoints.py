@@ -27,6 +27,8 @@ logger = logging.getLogger("ray_tt_ext")
 FINISHED = Trial.TERMINATED
 #: A trial in this status has no actor writing into its folder.
 STOPPED = (Trial.PAUSED, Trial.TERMINATED, Trial.ERROR)
+#: A trial in this status runs again in this fit, or may.
+MAY_RUN = (Trial.PENDING, Trial.RUNNING, Trial.PAUSED)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +104,7 @@ def records_changed(controller: Any, changed: list) -> None:
     records again (Ray's ``TuneController._mark_trial_to_checkpoint``: it keeps
     the JSON of the others from their last change)."""
     for trial in changed:
+        trial.run_metadata.invalidate_cache()  # PBT's exploit changes it without
         controller._mark_trial_to_checkpoint(trial)
 
 

@@ -241,36 +241,44 @@ def _restore_without_deleted(manager: Any) -> None:
     ones the run's snapshot still lists: the sweep's retention
     (``ray_tt_ext.CheckpointConfig(sweep_num_to_keep=...)``) deletes a running
     trial's older checkpoints, and, once PBT gave the trial another trial's
-    checkpoint, its own latest. Ray's ``_assert_checkpoints_exist`` would refuse
-    the run when the trial is retried, exploited or restored; here the deleted
-    ones are dropped from the restored list (the run's latest becomes the newest
-    left). What the trial resumes from is Tune's checkpoint of it, which is
-    never deleted while the trial may run (``v2._trial._resume_from``).
+    checkpoint, its own latest. When the trial is retried, exploited or
+    restored, Ray's ``_assert_checkpoints_exist`` would refuse the run (from Ray
+    2.54; before, its run would name a deleted folder as its latest); here the
+    deleted ones, the latest among them, are dropped from the restored list (the
+    run's latest becomes the newest left by report index). What the trial
+    resumes from is Tune's checkpoint of it, which is never deleted while the
+    trial may run (``v2._trial._resume_from``).
     """
     manager._assert_checkpoints_exist = lambda: None
     try:
         _RAYS_RESTORE[0](manager)
     finally:
         del manager._assert_checkpoints_exist
-    gone = {
-        r.checkpoint
-        for r in manager._checkpoint_results
-        if r.checkpoint.filesystem.get_file_info(r.checkpoint.path).type
-        == pyarrow.fs.FileType.NotFound
-    }
+
+    def missing(checkpoint: Any) -> bool:
+        info = checkpoint.filesystem.get_file_info(checkpoint.path)
+        return info.type == pyarrow.fs.FileType.NotFound
+
+    # By path: before Ray 2.54 the latest is an object of its own, not the list's.
+    gone = {r.checkpoint.path for r in manager._checkpoint_results if missing(r.checkpoint)}
+    latest = manager._latest_checkpoint_result
+    if latest is not None and missing(latest.checkpoint):
+        gone.add(latest.checkpoint.path)
     if not gone:
         return
-    left = [r for r in manager._checkpoint_results if r.checkpoint not in gone]
-    manager._checkpoint_results = left
+    left = [r for r in manager._checkpoint_results if r.checkpoint.path not in gone]
     order = manager._checkpoint_to_report_index
-    for checkpoint in gone:
-        order.pop(checkpoint, None)
-        getattr(manager, "_pending_training_results", {}).pop(checkpoint, None)
-    latest = manager._latest_checkpoint_result
-    if latest is not None and latest.checkpoint in gone:
-        # The newest by report index (Ray < 2.54 keeps none: the list's last).
-        ranked = [(order.get(r.checkpoint, -1), i, r) for i, r in enumerate(left)]
-        manager._latest_checkpoint_result = max(ranked, default=(0, 0, None))[2]
+    for result in manager._checkpoint_results:
+        if result.checkpoint.path in gone:
+            order.pop(result.checkpoint, None)
+            getattr(manager, "_pending_training_results", {}).pop(result.checkpoint, None)
+    manager._checkpoint_results = left
+    if latest is not None and latest.checkpoint.path in gone:
+        # The newest by report index; without indices (a run from before Ray
+        # 2.54 without ray_tt_ext's entry) none is known to be: no latest.
+        indexed = [(order[r.checkpoint], r) for r in left if r.checkpoint in order]
+        newest = max(indexed, key=lambda pair: pair[0], default=(0, None))[1]
+        manager._latest_checkpoint_result = newest
     logger.info("The run's snapshot listed %d checkpoint(s) Tune deleted", len(gone))
 
 

@@ -64,3 +64,42 @@ def test_a_retried_run_resumes_although_the_sweep_deleted_checkpoints_its_snapsh
     assert best.config["train_loop_config"]["lr"] == 1.0
     assert best.metrics["step"] == 4 and best.checkpoint is not None
     assert _folders(os.path.join(storage_path, "sweep_v2")) == [best.checkpoint.path]
+
+
+def test_a_pbt_exploited_run_resumes_from_its_donor_although_its_own_latest_is_gone(
+    ray_start_4_cpus, storage_path
+):
+    """Synch PBT gives the worse trial (lr=100) the better one's checkpoint; the
+    sweep then deletes the worse trial's own latest, which its run's snapshot
+    still names as the run's latest. The run resumes from the donor's checkpoint,
+    at the donor's step, and the sweep ends with its best checkpoint alone."""
+    trainer = v2.DataParallelTrainer(
+        steps_loop,
+        train_loop_config={"steps": 6, "sleep_s": 0.2},
+        scaling_config=ray.train.ScalingConfig(num_workers=1),
+    )
+    pbt = ray.tune.schedulers.PopulationBasedTraining(
+        time_attr="training_iteration",
+        perturbation_interval=2,
+        hyperparam_mutations={"train_loop_config": {"lr": [1.0, 2.0]}},
+        quantile_fraction=0.5,
+        resample_probability=0.0,
+        synch=True,
+    )
+    grid = v2.Tuner(
+        trainer,
+        param_space={"train_loop_config": {"lr": ray.tune.grid_search([1.0, 100.0])}},
+        tune_config=ray.tune.TuneConfig(metric="loss", mode="min", scheduler=pbt),
+        run_config=ray.tune.RunConfig(
+            name="pbt_sweep",
+            storage_path=storage_path,
+            checkpoint_config=ray_tt_ext.CheckpointConfig(sweep_num_to_keep=1),
+        ),
+    ).fit()
+    assert not grid.errors, grid.errors
+    rows = [row for r in grid for _, row in r.metrics_dataframe.iterrows()]
+    moved = [row for row in rows if row["restored_lr"] == 1.0 and row["start"] > 0]
+    assert moved, rows
+    assert all(row["step"] >= row["start"] for row in moved)
+    (best,) = _folders(os.path.join(storage_path, "pbt_sweep"))
+    assert best == grid.get_best_result().checkpoint.path
