@@ -43,7 +43,7 @@ def _tuner(storage_path, name, checkpoint_config, *, xs=XS, tune_config=None, **
     )
 
 
-def _kept(grid) -> dict[str, list[str]]:
+def _kept(grid) -> dict[int, list[str]]:
     """Each trial's checkpoints as the ResultGrid names them, checked to exist."""
     kept = {}
     for result in grid:
