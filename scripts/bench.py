@@ -88,7 +88,7 @@ from rtt_bench.lifetime import bench_lifetime  # noqa: E402
 from rtt_bench.payload import bench_inspect  # noqa: E402
 from rtt_bench.render import DOCS, render  # noqa: E402
 from rtt_bench.s3 import bench_s3  # noqa: E402
-from rtt_bench.sweep_disk import bench_sweep_disk  # noqa: E402
+from rtt_bench.sweep_disk import bench_sweep_disk, bench_sweep_disk_s3  # noqa: E402
 from rtt_bench.train_loop_config import bench_train_loop_config  # noqa: E402
 from rtt_bench.reuse_trials import bench_reuse_trials  # noqa: E402
 from rtt_bench.tuner import bench_tuner  # noqa: E402
@@ -112,6 +112,7 @@ SECTIONS = {
     "data_trials": bench_data_trials,
     "train_loop_config": bench_train_loop_config,
     "sweep_disk": bench_sweep_disk,
+    "sweep_disk_s3": bench_sweep_disk_s3,
 }
 
 # Sections that start (and stop) Ray themselves, in the setups they measure.
@@ -124,6 +125,7 @@ _OWN_RAY = {
     "reuse_trials",
     "data_trials",
     "sweep_disk",
+    "sweep_disk_s3",
 }
 
 

@@ -430,3 +430,55 @@ def sweep_loop(config: dict[str, Any]) -> None:
             with open(os.path.join(d, "blob"), "wb") as f:
                 f.write(b"\0" * config.get("blob", 1000))
             tune_api.report(metrics, checkpoint=tune_api.Checkpoint.from_directory(d))
+    if config.get("leave"):
+        _leave_in_trial_folder(config, trial)
+
+
+def _leave_in_trial_folder(config: dict[str, Any], trial: str) -> None:
+    """After the last report, in the trial's folder: a symbolic link named
+    ``config["leave"]["link"]`` to a folder outside the experiment
+    (``config["leave"]["outside"]/<trial id>``, holding ``keep.txt``), a folder
+    named ``config["leave"]["folder"]`` that no report recorded, and ``notes/``
+    (a user's own artifacts)."""
+    leave = config["leave"]
+    (folder,) = [
+        os.path.join(config["root"], n) for n in os.listdir(config["root"]) if trial in n
+    ]
+    outside = os.path.join(leave["outside"], trial)
+    os.makedirs(outside)
+    with open(os.path.join(outside, "keep.txt"), "w") as f:
+        f.write(trial)
+    os.symlink(outside, os.path.join(folder, leave["link"]))
+    for name in (leave["folder"], "notes"):
+        os.makedirs(os.path.join(folder, name))
+        with open(os.path.join(folder, name, "state.json"), "w") as f:
+            f.write("{}")
+
+
+class SavedStateNamesOnlyWhatExists(ray.tune.Callback):
+    """Checks, at each result (Tune's loop, between two of its steps: no deletion
+    runs meanwhile), that every checkpoint the experiment's newest state on
+    storage names is still there: the promise that lets ``Tuner.restore`` after
+    a killed driver find what it resumes from. Raises ``AssertionError`` (the
+    fit ends with it) naming what is gone. Not for trials with Tune's own
+    ``num_to_keep``: Tune deletes a trial's previous checkpoint before its next
+    save of the experiment's state, so a saved state may name it for a while
+    (Ray's behaviour, not the sweep's)."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info
+    ):
+        if not [n for n in os.listdir(self.root) if n.startswith("experiment_state")]:
+            return
+        saved = ray.tune.ExperimentAnalysis(self.root).trials
+        named = set()
+        for t in saved:
+            manager = t.run_metadata.checkpoint_manager
+            named |= {r.checkpoint.path for r in manager.best_checkpoint_results}
+            if manager.latest_checkpoint_result is not None:
+                named.add(manager.latest_checkpoint_result.checkpoint.path)
+        gone = sorted(p for p in named if not os.path.isdir(p))
+        assert not gone, f"the experiment's saved state names deleted checkpoints: {gone}"

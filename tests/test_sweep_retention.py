@@ -19,7 +19,12 @@ import pytest
 import ray
 import ray.tune
 import tune_api
-from helpers import checkpoint_folders, quiet_run_config, sweep_loop
+from helpers import (
+    SavedStateNamesOnlyWhatExists,
+    checkpoint_folders,
+    quiet_run_config,
+    sweep_loop,
+)
 from ray.tune.schedulers import PopulationBasedTraining
 
 import ray_tt_ext
@@ -31,6 +36,8 @@ XS = [1, 2, 3, 4, 5, 6]
 
 
 def _tuner(storage_path, name, checkpoint_config, *, xs=XS, tune_config=None, **config):
+    """A sweep over ``sweep_loop`` whose saved state is checked at each result
+    (``SavedStateNamesOnlyWhatExists``) when only the sweep deletes checkpoints."""
     root = os.path.join(storage_path, name)
     return Tuner(
         sweep_loop,
@@ -38,7 +45,12 @@ def _tuner(storage_path, name, checkpoint_config, *, xs=XS, tune_config=None, **
         tune_config=tune_config
         or ray.tune.TuneConfig(metric="score", mode="max", max_concurrent_trials=2),
         run_config=quiet_run_config(
-            storage_path, name, checkpoint_config=checkpoint_config
+            storage_path,
+            name,
+            checkpoint_config=checkpoint_config,
+            callbacks=[]
+            if checkpoint_config.num_to_keep  # Tune's own deletions: see the callback
+            else [SavedStateNamesOnlyWhatExists(root)],
         ),
     )
 
@@ -58,13 +70,16 @@ def _kept(grid) -> dict[int, list[str]]:
 
 
 def test_the_sweep_keeps_its_best_and_what_running_trials_need(
-    ray_start_4_cpus, storage_path
+    ray_start_4_cpus, storage_path, monkeypatch
 ):
     """2 trials at a time, 6 trials of 5 checkpoints: the 2 best of the sweep (both
     trial x=6's: several may be one trial's) and the running trials' latest are
     on disk at every report, everything else is deleted while the sweep runs;
     the ResultGrid, and the one ``Tuner.restore`` reads, name only what is kept."""
     name = "best_of_sweep"
+    # The experiment's state saved every second (Ray's default: every 10 s or
+    # more), so that saved states name checkpoints the sweep deletes later.
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "1")
     grid = _tuner(storage_path, name, CheckpointConfig(sweep_num_to_keep=2)).fit()
     kept = _kept(grid)
     assert kept == {
@@ -136,6 +151,35 @@ def test_a_budget_below_what_unfinished_trials_need_deletes_none_of_it(
     assert _kept(grid) == {1: [], 2: [], 3: []}
     assert [r.metrics["step"] for r in grid] == [STEPS - 1] * 3
     assert checkpoint_folders(storage_path) == []
+
+
+def test_named_checkpoints_follow_the_same_rules_and_a_link_is_unlinked_never_followed(
+    ray_start_4_cpus, storage_path
+):
+    """Checkpoints named by a policy (``epoch_{step:03d}``, indexed by ``step``) are
+    kept and deleted as Tune's names are. What each trial leaves in its folder
+    after its last report: a folder named as a checkpoint that no report
+    recorded is deleted; a symbolic link named as one is unlinked, and the
+    folder outside the experiment it points to keeps its file; ``notes/``, not
+    named as a checkpoint, is left."""
+    outside = os.path.join(storage_path, "outside")
+    config = CheckpointConfig(
+        sweep_num_to_keep=2, checkpoint_index="step", checkpoint_dir_name="epoch_{step:03d}"
+    )
+    leave = {"outside": outside, "link": "epoch_099", "folder": "epoch_098"}
+    grid = _tuner(storage_path, "named", config, xs=[1, 2, 3], leave=leave).fit()
+    assert _kept(grid) == {1: [], 2: [], 3: ["epoch_003", "epoch_004"]}
+    root = Path(storage_path, "named")
+    trial_folders = [p for p in root.iterdir() if p.is_dir()]
+    assert len(trial_folders) == 3, trial_folders
+    for folder in trial_folders:
+        left = sorted(p.name for p in folder.iterdir() if p.is_dir() or p.is_symlink())
+        kept = ["epoch_003", "epoch_004"] if "x=3" in folder.name else []
+        assert left == [*kept, "notes"], (folder.name, left)
+    targets = sorted(Path(outside).iterdir())
+    assert len(targets) == 3
+    for target in targets:  # what the links pointed to is all there
+        assert (target / "keep.txt").read_text() == target.name
 
 
 @pytest.mark.parametrize("synch", [False, True], ids=["async", "synch"])

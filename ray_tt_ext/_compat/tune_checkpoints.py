@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
+import posixpath
 from typing import Any, Optional
 
 from ray.train._internal.session import _FutureTrainingResult
-from ray.train._internal.storage import _delete_fs_path
 from ray.tune.experiment import Trial
 
 logger = logging.getLogger("ray_tt_ext")
@@ -109,15 +110,41 @@ def records_changed(controller: Any, changed: list) -> None:
 
 
 def save_experiment_state(controller: Any) -> bool:
-    """Save the experiment's state to storage now (Ray's
-    ``TuneController.checkpoint(force=True)``) and wait until it is there (the
-    storage's ``syncer.wait()``, which Ray's ``wait=True`` would let fail with a
-    log line only), so that ``Tuner.restore`` never finds a checkpoint it names
-    deleted. ``False`` (and a warning) when the save failed."""
-    controller.checkpoint(force=True, wait=False)
+    """Save the experiment's state to storage now and wait until it is there, so
+    that ``Tuner.restore`` never finds a checkpoint it names deleted. ``False``
+    (and a warning) when the upload failed.
+
+    Only the file that names checkpoints goes up: Ray's
+    ``TuneController.save_to_dir`` writes the experiment's state into the
+    driver's staging folder, and its ``experiment_state-<session>.json`` alone is
+    uploaded, in one write (on a local path: written beside it and renamed, so
+    that a killed driver never leaves half a file). Ray's
+    ``TuneController.checkpoint(force=True)`` would upload the whole staging
+    folder, every trial's result files among them (hundreds of requests per
+    save on S3). An upload Ray launched before (``StorageContext.syncer``) is
+    waited for first: it holds an older state and must not land after this one;
+    Ray's next one holds a newer state."""
+    storage = controller._checkpoint_manager._storage
     try:
-        controller._checkpoint_manager._storage.syncer.wait()
-    except Exception as e:  # the upload's own error, whatever the filesystem
+        storage.syncer.wait()
+    except Exception as e:  # it failed: it lands nothing after this upload
+        logger.debug("An earlier upload of the experiment's state failed: %s", e)
+    name = controller.experiment_state_file_name
+    try:
+        controller.save_to_dir()
+        with open(os.path.join(storage.experiment_driver_staging_path, name), "rb") as f:
+            data = f.read()
+        fs = storage.storage_filesystem
+        target = posixpath.join(storage.experiment_fs_path, name)
+        if getattr(fs, "type_name", "") == "local":
+            partial = f"{target}.ray_tt_ext_partial"
+            with open(partial, "wb") as f:
+                f.write(data)
+            os.replace(partial, target)
+        else:
+            with fs.open_output_stream(target) as f:
+                f.write(data)
+    except Exception as e:  # the filesystem's own error, whatever it is
         logger.warning(
             "Saving the experiment's state failed (%s: %s); the sweep's retention "
             "deletes nothing until a save succeeds.",
@@ -126,11 +153,6 @@ def save_experiment_state(controller: Any) -> bool:
         )
         return False
     return True
-
-
-def delete_fs_path(fs: Any, path: str) -> None:
-    """Ray's ``_delete_fs_path``: a folder on a pyarrow filesystem, whole."""
-    _delete_fs_path(fs=fs, fs_path=path)
 
 
 def storage_of(trial: Any) -> Optional[tuple[Any, str]]:
