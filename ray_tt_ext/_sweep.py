@@ -352,11 +352,16 @@ class SweepRetention(ray.tune.Callback):
                 else:
                     shutil.rmtree(path)  # links inside are removed, not followed
             else:
-                fs.delete_dir(path)  # its objects in one listing and batched deletes
+                fs.delete_dir(path)  # on S3: one listing, its objects' deletes batched
         except FileNotFoundError:
             pass
-        except OSError as e:
-            logger.warning("Sweep retention could not delete %s: %s", path, e)
+        except Exception as e:  # whatever the filesystem raises: the sweep goes on
+            try:  # some (GCS) say a folder already gone is an OSError
+                gone = fs.get_file_info(path).type == pyarrow.fs.FileType.NotFound
+            except Exception:
+                gone = False
+            if not gone:
+                logger.warning("Sweep retention could not delete %s: %s", path, e)
 
     # -- a decision in flight when the driver died -------------------------------
 

@@ -456,29 +456,48 @@ def _leave_in_trial_folder(config: dict[str, Any], trial: str) -> None:
 
 
 class SavedStateNamesOnlyWhatExists(ray.tune.Callback):
-    """Checks, at each result (Tune's loop, between two of its steps: no deletion
-    runs meanwhile), that every checkpoint the experiment's newest state on
-    storage names is still there: the promise that lets ``Tuner.restore`` after
-    a killed driver find what it resumes from. Raises ``AssertionError`` (the
-    fit ends with it) naming what is gone. Not for trials with Tune's own
-    ``num_to_keep``: Tune deletes a trial's previous checkpoint before its next
-    save of the experiment's state, so a saved state may name it for a while
-    (Ray's behaviour, not the sweep's)."""
+    """Checks, at each result and when the sweep ends (Tune's loop, between two
+    of its steps: no deletion runs meanwhile), that every checkpoint the
+    experiment's newest state on storage names is still there: the promise
+    that lets ``Tuner.restore`` after a killed driver find what it resumes
+    from. Raises ``AssertionError`` (the fit ends with it) naming what is gone.
+    ``fs``: the storage's pyarrow filesystem (``root`` a path on it), else a
+    local folder. A state file Tune's upload is rewriting at that moment is
+    not read (a restore reads it with no writer). Not for trials with Tune's
+    own ``num_to_keep``: Tune deletes a trial's worst checkpoints when it
+    registers a new one, and the saved state names them until its next save
+    lands (Ray's behaviour, not the sweep's)."""
 
-    def __init__(self, root: str) -> None:
+    def __init__(self, root: str, fs: Any = None) -> None:
         self.root = root
+        self.fs = fs
 
-    def on_trial_result(
-        self, iteration: int, trials: list, trial: Any, result: dict, **info
-    ):
-        if not [n for n in os.listdir(self.root) if n.startswith("experiment_state")]:
+    def _check(self) -> None:
+        import pyarrow.fs
+
+        fs = self.fs or pyarrow.fs.LocalFileSystem()
+        listed = fs.get_file_info(pyarrow.fs.FileSelector(self.root, allow_not_found=True))
+        if not [i for i in listed if i.base_name.startswith("experiment_state")]:
             return
-        saved = ray.tune.ExperimentAnalysis(self.root).trials
+        try:
+            saved = ray.tune.ExperimentAnalysis(self.root, storage_filesystem=self.fs)
+        except ValueError:  # a JSON file being rewritten (JSONDecodeError)
+            return
         named = set()
-        for t in saved:
+        for t in saved.trials:
             manager = t.run_metadata.checkpoint_manager
             named |= {r.checkpoint.path for r in manager.best_checkpoint_results}
             if manager.latest_checkpoint_result is not None:
                 named.add(manager.latest_checkpoint_result.checkpoint.path)
-        gone = sorted(p for p in named if not os.path.isdir(p))
+        gone = sorted(
+            p for p in named if fs.get_file_info(p).type == pyarrow.fs.FileType.NotFound
+        )
         assert not gone, f"the experiment's saved state names deleted checkpoints: {gone}"
+
+    def on_trial_result(
+        self, iteration: int, trials: list, trial: Any, result: dict, **info
+    ):
+        self._check()
+
+    def on_experiment_end(self, trials: list, **info):
+        self._check()

@@ -382,14 +382,17 @@ def _unfinished_latest(root: Path) -> list[str]:
     return [t.checkpoint.path for t in trials if t.status != "TERMINATED" and t.checkpoint]
 
 
-def test_on_s3(ray_start_4_cpus, s3_server):
-    """On S3 (moto's server): the same sweep keeps the same 2 checkpoints."""
+def test_on_s3(ray_start_4_cpus, s3_server, monkeypatch):
+    """On S3 (moto's server): the same sweep keeps the same 2 checkpoints, and
+    the experiment's state on S3 never names a deleted one."""
     import uuid
 
     import pyarrow.fs
 
     fs = s3_server.filesystem()
     name = f"sweep_{uuid.uuid4().hex[:8]}"
+    # Saved every second: states on S3 name checkpoints the sweep deletes later.
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "1")
     tuner = Tuner(
         sweep_loop,
         param_space={
@@ -406,6 +409,7 @@ def test_on_s3(ray_start_4_cpus, s3_server):
             storage_filesystem=fs,
             verbose=0,
             checkpoint_config=CheckpointConfig(sweep_num_to_keep=2),
+            callbacks=[SavedStateNamesOnlyWhatExists(f"bucket/sweeps/{name}", fs)],
         ),
     )
     grid = tuner.fit()

@@ -7,7 +7,7 @@ the trial's own ``num_to_keep`` kept, from which ``Result.best_checkpoints``
 is made) and ``_latest_checkpoint_result`` (``Trial.checkpoint``: what a
 retry, a restore or ``Result.checkpoint`` uses; PBT's exploit sets it to the
 donor's checkpoint). The experiment's state, from which ``Tuner.restore``
-rebuilds the trials, is what ``TuneController.checkpoint`` saves.
+rebuilds the trials, is what ``TuneController.save_to_dir`` writes.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 from ray.train._internal.session import _FutureTrainingResult
 from ray.tune.experiment import Trial
+from ray.tune.impl.out_of_band_serialize_dataset import out_of_band_serialize_dataset
 
 logger = logging.getLogger("ray_tt_ext")
 
@@ -112,38 +113,55 @@ def records_changed(controller: Any, changed: list) -> None:
 def save_experiment_state(controller: Any) -> bool:
     """Save the experiment's state to storage now and wait until it is there, so
     that ``Tuner.restore`` never finds a checkpoint it names deleted. ``False``
-    (and a warning) when the upload failed.
+    when the upload failed (and a warning), or, not trying, while an upload of
+    Ray's runs (it holds an older state and could land after this one).
 
-    Only the file that names checkpoints goes up: Ray's
-    ``TuneController.save_to_dir`` writes the experiment's state into the
-    driver's staging folder, and its ``experiment_state-<session>.json`` alone is
-    uploaded, in one write (on a local path: written beside it and renamed, so
-    that a killed driver never leaves half a file). Ray's
-    ``TuneController.checkpoint(force=True)`` would upload the whole staging
-    folder, every trial's result files among them (hundreds of requests per
-    save on S3). An upload Ray launched before (``StorageContext.syncer``) is
-    waited for first: it holds an older state and must not land after this one;
-    Ray's next one holds a newer state."""
+    Ray's ``TuneController.save_to_dir`` writes the experiment's state into the
+    driver's staging folder (inside Ray's ``out_of_band_serialize_dataset``, as
+    Ray's own saves are), and the files of that folder's top level go up: the
+    ones ``Tuner.restore`` reads together (Ray's
+    ``_ExperimentCheckpointManager.sync_down_experiment_state``: ``.json`` and
+    ``.pkl``, the searcher's and the callbacks' state beside
+    ``experiment_state-<session>.json``), the state file last. Not the trials'
+    result files, which Ray's ``TuneController.checkpoint(force=True)`` would
+    upload too (hundreds of requests per save on S3). On a local path each file
+    is written beside and renamed (a killed driver leaves no half of one)."""
     storage = controller._checkpoint_manager._storage
+    earlier = getattr(storage.syncer, "_sync_process", None)
+    if earlier is not None and earlier.is_running:
+        # Not waited for (on S3 a whole-folder upload takes seconds, and Tune's
+        # loop would stand still): the deletions wait for a later step instead.
+        logger.debug("Ray's upload of the experiment's state is running: not now.")
+        return False
     try:
-        storage.syncer.wait()
+        storage.syncer.wait()  # it ended: Ray forgets it
     except Exception as e:  # it failed: it lands nothing after this upload
         logger.debug("An earlier upload of the experiment's state failed: %s", e)
     name = controller.experiment_state_file_name
+    staging = storage.experiment_driver_staging_path
+    fs = storage.storage_filesystem
     try:
-        controller.save_to_dir()
-        with open(os.path.join(storage.experiment_driver_staging_path, name), "rb") as f:
-            data = f.read()
-        fs = storage.storage_filesystem
-        target = posixpath.join(storage.experiment_fs_path, name)
-        if getattr(fs, "type_name", "") == "local":
-            partial = f"{target}.ray_tt_ext_partial"
-            with open(partial, "wb") as f:
-                f.write(data)
-            os.replace(partial, target)
-        else:
-            with fs.open_output_stream(target) as f:
-                f.write(data)
+        with out_of_band_serialize_dataset():
+            controller.save_to_dir()
+        files = sorted(
+            f
+            for f in os.listdir(staging)
+            if f.endswith((".json", ".pkl"))
+            and f != name
+            and os.path.isfile(os.path.join(staging, f))
+        )
+        for file_name in [*files, name]:
+            with open(os.path.join(staging, file_name), "rb") as f:
+                data = f.read()
+            target = posixpath.join(storage.experiment_fs_path, file_name)
+            if getattr(fs, "type_name", "") == "local":
+                partial = f"{target}.ray_tt_ext_partial"
+                with open(partial, "wb") as f:
+                    f.write(data)
+                os.replace(partial, target)
+            else:
+                with fs.open_output_stream(target) as f:
+                    f.write(data)
     except Exception as e:  # the filesystem's own error, whatever it is
         logger.warning(
             "Saving the experiment's state failed (%s: %s); the sweep's retention "

@@ -406,6 +406,47 @@ def render(sections: dict[str, Any]) -> str:
                 )
             if (NOTES / "sweep_disk.md").exists():
                 lines += ["", "### Notes", "", _notes("sweep_disk")]
+        elif name == "sweep_disk_s3":
+            mib = data["checkpoint_bytes"] / 2**20
+            extra = data["sweep_extra_requests"]
+            lines += [
+                f"The sweeps of `sweep_disk` ({data['trials']} trials x "
+                f"{data['checkpoints_per_trial']} checkpoints x {mib:g} MiB, "
+                f"{data['at_once']} at a time) with their storage on moto's S3 server on "
+                "loopback, one of each flavour; the requests are every HTTP request "
+                "moto served during the fit (the trials' uploads and the driver's), "
+                "read from its request log; the peak is sampled every 0.1 s by a "
+                "listing of its own, not counted. Peak goal "
+                f"({data['goal_peak_bytes'] / 2**20:g} MiB): "
+                f"**{'met' if data['peak_goal_met'] else 'not met'}**; sweep / none "
+                f"fit(): {data['ratio']:.3f} (one pair).",
+                "",
+                "| flavour | fit() | peak | final | requests | uploads | listings "
+                "| HEAD | downloads | deletions |",
+                "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            ]
+            for flavour, r in data["flavours"].items():
+                q = r["requests"]
+                lines.append(
+                    f"| {flavour} | {r['seconds']:.1f} s | {format_bytes(r['peak_bytes'])} "
+                    f"| {format_bytes(r['final_bytes'])} | {q.get('all', 0)} "
+                    + " | ".join(
+                        str(q.get(k, 0))
+                        for k in ("uploads", "listings", "heads", "downloads", "deletions")
+                    ).join(["| ", " |"])
+                )
+            lines += [
+                "",
+                f"The sweep's retention made {data['decisions']} decisions and deleted "
+                f"{data['flavours']['sweep']['checkpoints_deleted']} checkpoints; its "
+                "requests beyond `none`'s: "
+                + ", ".join(f"{k} {v:+d}" for k, v in extra.items())
+                + f" ({data['requests_per_decision']:.1f} per decision, "
+                f"{data['deletions_per_deleted_checkpoint']:.1f} deletion requests per "
+                "deleted checkpoint).",
+            ]
+            if (NOTES / "sweep_disk_s3.md").exists():
+                lines += ["", "### Notes", "", _notes("sweep_disk_s3")]
         elif name == "train_loop_config":
             lines += [
                 f"A 1-worker V1 trainer with {format_bytes(data['attached_bytes'])} of numpy "
