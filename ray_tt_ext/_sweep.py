@@ -40,6 +40,7 @@ import os
 import posixpath
 import re
 import shutil
+import time
 from typing import Any, Optional
 
 import pyarrow.fs
@@ -55,6 +56,9 @@ logger = logging.getLogger("ray_tt_ext")
 _DEFAULT_NAMES = re.compile(r"^checkpoint_(\d{6}|\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d{6})$")
 #: The decision in flight, in the experiment folder: the checkpoints it deletes.
 DELETING = ".ray_tt_ext_sweep_deleting.json"
+#: Seconds deletions wait for Ray's own upload of the experiment's state (a
+#: step of Tune's loop at a time) before a step waits for it to end.
+DEFER_LIMIT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,8 +139,11 @@ class SweepRetention(ray.tune.Callback):
         self._dirty = True
         self._recovered = False
         self._ended = False  # no trial may run: the last folders were listed
-        # Dropped from the records, not deleted yet (the state's save failed).
+        # Dropped from the records, not deleted yet (the state's save failed or
+        # waits for Ray's upload), since _pending_since (time.monotonic()).
         self._pending: set[str] = set()
+        self._pending_since: Optional[float] = None
+        self._written: list[str] = []  # the last decision written (DELETING)
         self._seen = itertools.count()
         self._order: dict[str, int] = {}  # path -> when the sweep first saw it
         self._sizes: dict[str, int] = {}
@@ -168,6 +175,21 @@ class SweepRetention(ray.tune.Callback):
         if self._dirty:
             self._dirty = False
             self.decide(trials)
+
+    def on_experiment_end(self, trials: list, **info: Any) -> None:
+        """Tune's loop ended: deletions still waiting (for Ray's upload of the
+        experiment's state, or a failed save) are done, once a save that no
+        longer names them is on storage. Nothing is decided anew: an
+        interrupted sweep's trials stay resumable."""
+        where = next((s for s in map(_tune.storage_of, trials) if s is not None), None)
+        if not self._pending or where is None or self._controller is None:
+            return
+        if self._pending & self._saved:
+            if not _tune.save_experiment_state(self._controller, wait_for_ray=True):
+                return  # left on storage; DELETING lists them for Tuner.restore
+        for path in sorted(self._pending):
+            self._delete(where[0], path)
+        self._pending, self._pending_since = set(), None
 
     def _changed(self, *args: Any, **kwargs: Any) -> None:
         self._dirty = True
@@ -214,8 +236,10 @@ class SweepRetention(ray.tune.Callback):
         doomed = [p for p in doomed if self._deletable(fs, root, p)]
         if not doomed and not self._pending:
             return []
-        gone = set(doomed) | self._pending
-        self._write_decision(fs, root, sorted(gone))
+        gone = set(doomed) | (self._pending - kept)
+        if sorted(gone) != self._written:  # not again while it waits
+            self._write_decision(fs, root, sorted(gone))
+            self._written = sorted(gone)
         changed = list({id(t): t for p in doomed for t in owners.get(p, ())}.values())
         for trial in changed:
             _tune.drop_checkpoints(trial, gone)
@@ -224,12 +248,18 @@ class SweepRetention(ray.tune.Callback):
         _tune.records_changed(self._controller, [*changed, *running])
         if gone & self._saved:  # a saved state names one: save this one first
             before, self._saved = self._saved, set()
-            if not _tune.save_experiment_state(self._controller):
+            now = time.monotonic()
+            waited = self._pending_since is not None and (
+                now - self._pending_since >= DEFER_LIMIT_S
+            )
+            if not _tune.save_experiment_state(self._controller, wait_for_ray=waited):
                 self._saved |= before | gone  # the states on storage may name them
                 self._pending = gone  # deleted once a save succeeded
+                if self._pending_since is None:
+                    self._pending_since = now
                 self._dirty = True
                 return []
-        self._pending = set()
+        self._pending, self._pending_since = set(), None
         for path in sorted(gone):
             self._delete(fs, path)
             self._sizes.pop(path, None)

@@ -280,7 +280,9 @@ class CountingFileSystem(_FileSystemHandler):
 
     Use as ``pyarrow.fs.PyFileSystem(CountingFileSystem(fs))``. ``counts``
     maps an operation ("list", "info", "read", "write", ...) to its count;
-    ``fail_listing`` makes every folder listing raise (a storage error).
+    ``fail_listing`` makes every folder listing raise (a storage error);
+    ``slow_writes``: ``(name, seconds)``, each write of a file named ``name``
+    takes that long first (a slow storage).
     """
 
     _instances: dict[str, CountingFileSystem] = {}
@@ -290,16 +292,21 @@ class CountingFileSystem(_FileSystemHandler):
         fs: Any,
         fail_listing: bool = False,
         key: Optional[str] = None,
+        slow_writes: Optional[tuple[str, float]] = None,
     ):
         self.fs = fs
         self.fail_listing = fail_listing
+        self.slow_writes = slow_writes
         self.key = key or f"counting-{id(self)}"
         self.counts: collections.Counter = collections.Counter()
         CountingFileSystem._instances[self.key] = self
 
     def __reduce__(self):
         # Copies unpickled in this process count into the same instance.
-        return (_counting_file_system, (self.key, self.fs, self.fail_listing))
+        return (
+            _counting_file_system,
+            (self.key, self.fs, self.fail_listing, self.slow_writes),
+        )
 
     def _count(self, op: str) -> None:
         self.counts[op] += 1
@@ -367,6 +374,8 @@ class CountingFileSystem(_FileSystemHandler):
 
     def open_output_stream(self, path, metadata):
         self._count("write")
+        if self.slow_writes and path.rsplit("/", 1)[-1] == self.slow_writes[0]:
+            time.sleep(self.slow_writes[1])  # a slow storage, not pacing a test
         return self.fs.open_output_stream(path, metadata=metadata)
 
     def open_append_stream(self, path, metadata):
@@ -374,11 +383,13 @@ class CountingFileSystem(_FileSystemHandler):
         return self.fs.open_append_stream(path, metadata=metadata)
 
 
-def _counting_file_system(key, fs, fail_listing) -> CountingFileSystem:
+def _counting_file_system(key, fs, fail_listing, slow_writes=None) -> CountingFileSystem:
     existing = CountingFileSystem._instances.get(key)
     if existing is not None:
         return existing
-    return CountingFileSystem(fs, fail_listing=fail_listing, key=key)
+    return CountingFileSystem(
+        fs, fail_listing=fail_listing, key=key, slow_writes=slow_writes
+    )
 
 
 def connect_client(address: str, attempts: int = 3):

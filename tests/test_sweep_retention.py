@@ -382,6 +382,49 @@ def _unfinished_latest(root: Path) -> list[str]:
     return [t.checkpoint.path for t in trials if t.status != "TERMINATED" and t.checkpoint]
 
 
+def test_deletions_waiting_for_a_slow_upload_are_done_before_fit_returns(
+    ray_start_4_cpus, storage_path, monkeypatch, caplog
+):
+    """On a slow storage (each trial's ``progress.csv`` takes 1.5 s to write, so
+    Tune's own upload of the experiment folder, every half second, is running
+    at almost every step), deletions wait for Tune's upload instead of
+    stopping Tune's loop; those still waiting when the sweep ends are done
+    before ``fit()`` returns, and no saved state names a deleted checkpoint
+    meanwhile."""
+    import pyarrow.fs
+
+    from rtt_testing import CountingFileSystem
+
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0.5")
+    slow = CountingFileSystem(
+        pyarrow.fs.LocalFileSystem(), slow_writes=("progress.csv", 1.5)
+    )
+    fs = pyarrow.fs.PyFileSystem(slow)
+    name = "slow"
+    root = os.path.join(storage_path, name)
+    tuner = Tuner(
+        sweep_loop,
+        param_space={"x": ray.tune.grid_search([1, 2, 3]), "steps": STEPS, "root": root},
+        tune_config=ray.tune.TuneConfig(
+            metric="score", mode="max", max_concurrent_trials=2
+        ),
+        run_config=tune_api.RunConfig(
+            name=name,
+            storage_path=storage_path,
+            storage_filesystem=fs,
+            verbose=0,
+            checkpoint_config=CheckpointConfig(sweep_num_to_keep=2),
+            callbacks=[SavedStateNamesOnlyWhatExists(root, fs)],
+        ),
+    )
+    with caplog.at_level(logging.DEBUG, logger="ray_tt_ext"):
+        grid = tuner.fit()
+    waits = [r for r in caplog.records if "is running: not now" in r.getMessage()]
+    assert waits, "no deletion waited for Tune's upload: the case is not there"
+    assert _kept(grid) == {1: [], 2: [], 3: ["checkpoint_000003", "checkpoint_000004"]}
+    assert len(checkpoint_folders(root)) == 2, checkpoint_folders(root)
+
+
 def test_on_s3(ray_start_4_cpus, s3_server, monkeypatch):
     """On S3 (moto's server): the same sweep keeps the same 2 checkpoints, and
     the experiment's state on S3 never names a deleted one."""

@@ -110,11 +110,12 @@ def records_changed(controller: Any, changed: list) -> None:
         controller._mark_trial_to_checkpoint(trial)
 
 
-def save_experiment_state(controller: Any) -> bool:
+def save_experiment_state(controller: Any, wait_for_ray: bool = False) -> bool:
     """Save the experiment's state to storage now and wait until it is there, so
     that ``Tuner.restore`` never finds a checkpoint it names deleted. ``False``
     when the upload failed (and a warning), or, not trying, while an upload of
-    Ray's runs (it holds an older state and could land after this one).
+    Ray's runs (it holds an older state and could land after this one);
+    ``wait_for_ray``: wait for that upload to end instead.
 
     Ray's ``TuneController.save_to_dir`` writes the experiment's state into the
     driver's staging folder (inside Ray's ``out_of_band_serialize_dataset``, as
@@ -129,14 +130,17 @@ def save_experiment_state(controller: Any) -> bool:
     storage = controller._checkpoint_manager._storage
     earlier = getattr(storage.syncer, "_sync_process", None)
     if earlier is not None and earlier.is_running:
-        # Not waited for (on S3 a whole-folder upload takes seconds, and Tune's
-        # loop would stand still): the deletions wait for a later step instead.
-        logger.debug("Ray's upload of the experiment's state is running: not now.")
-        return False
-    try:
-        storage.syncer.wait()  # it ended: Ray forgets it
-    except Exception as e:  # it failed: it lands nothing after this upload
-        logger.debug("An earlier upload of the experiment's state failed: %s", e)
+        if not wait_for_ray:
+            # On S3 Ray's whole-folder upload takes seconds, and Tune's loop would
+            # stand still: the deletions wait for a later step instead.
+            logger.debug("Ray's upload of the experiment's state is running: not now.")
+            return False
+        try:
+            storage.syncer.wait()
+        except Exception as e:  # its own error; a timeout leaves it running
+            logger.debug("Ray's upload of the experiment's state failed: %s", e)
+        if earlier.is_running:
+            return False
     name = controller.experiment_state_file_name
     staging = storage.experiment_driver_staging_path
     fs = storage.storage_filesystem
@@ -147,6 +151,7 @@ def save_experiment_state(controller: Any) -> bool:
             f
             for f in os.listdir(staging)
             if f.endswith((".json", ".pkl"))
+            and not f.startswith(".")  # a temporary file of Ray's
             and f != name
             and os.path.isfile(os.path.join(staging, f))
         )
