@@ -47,5 +47,10 @@ python3 scripts/render_compatibility.py compat_results/matrix.txt
 echo; cat compat_results/matrix.txt
 ! grep -q ": FAIL" compat_results/matrix.txt || exit 1
 # RAY_OVERRIDES' `checked` against the rows just written (skipped in each row).
-newest=".venv/bin/python"; [ -x "$newest" ] || newest=python3
+# A clone without .venv: the venv of the last row run (scripts/compat.sh's).
+newest=".venv/bin/python"
+if ! [ -x "$newest" ]; then
+  last="${versions[${#versions[@]}-1]}"
+  newest="$(ls -d "${COMPAT_VENV_DIR:-/tmp}/rtt_compat_ray_$last"* 2>/dev/null | grep -v '\.log$' | sort -V | tail -1)/bin/python"
+fi
 "$newest" -m pytest -q -p no:cacheprovider tests/test_compat_map.py -k checked_is_what
