@@ -181,7 +181,7 @@ class SweepRetention(ray.tune.Callback):
         experiment's state, or a failed save) are done, once a save that no
         longer names them is on storage. Nothing is decided anew: an
         interrupted sweep's trials stay resumable."""
-        where = next((s for s in map(_tune.storage_of, trials) if s is not None), None)
+        where = _storage(trials)
         if not self._pending or where is None or self._controller is None:
             return
         if self._pending & self._saved:
@@ -201,7 +201,7 @@ class SweepRetention(ray.tune.Callback):
 
     def decide(self, trials: list) -> list[str]:
         """Delete what the sweep no longer keeps; returns the deleted paths."""
-        where = next((s for s in map(_tune.storage_of, trials) if s is not None), None)
+        where = _storage(trials)
         if where is None or self._controller is None:  # nothing deleted unsaved
             return []
         fs, root = where
@@ -406,7 +406,7 @@ class SweepRetention(ray.tune.Callback):
         delete what the last decision chose and had not deleted yet, unless the
         restored state still names it (the decision was not saved: it is made
         again)."""
-        where = next((s for s in map(_tune.storage_of, trials) if s is not None), None)
+        where = _storage(trials)
         if where is None:
             return
         fs, root = where
@@ -420,6 +420,11 @@ class SweepRetention(ray.tune.Callback):
             path = posixpath.normpath(posixpath.join(root, str(relative)))
             if path not in named and self._deletable(fs, root, path):
                 self._delete(fs, path)
+
+
+def _storage(trials: list) -> Optional[tuple[Any, str]]:
+    """``(filesystem, experiment folder)`` of the first trial that has storage."""
+    return next((s for s in map(_tune.storage_of, trials) if s is not None), None)
 
 
 def _is_local(fs: Any) -> bool:

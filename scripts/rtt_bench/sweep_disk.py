@@ -186,6 +186,17 @@ def _s3_checkpoint_bytes(s3: Any):
     return measure
 
 
+def _setup(trials: int, steps: int, size: int) -> dict[str, Any]:
+    """What a section measured, as its results name it."""
+    return {
+        "trials": trials,
+        "checkpoints_per_trial": steps,
+        "checkpoint_bytes": size,
+        "at_once": _AT_ONCE,
+        "sweep_num_to_keep": _KEEP,
+    }
+
+
 def bench_sweep_disk(quick: bool, storage: str) -> dict[str, Any]:
     from rtt_testing import init_local_ray
 
@@ -208,11 +219,7 @@ def bench_sweep_disk(quick: bool, storage: str) -> dict[str, Any]:
         ray.shutdown()
     goal_bytes = (_KEEP + _AT_ONCE + 1) * size
     out: dict[str, Any] = {
-        "trials": trials,
-        "checkpoints_per_trial": steps,
-        "checkpoint_bytes": size,
-        "at_once": _AT_ONCE,
-        "sweep_num_to_keep": _KEEP,
+        **_setup(trials, steps, size),
         "pairs": pairs,
         "flavours": {
             f: {
@@ -282,11 +289,7 @@ def bench_sweep_disk_s3(quick: bool, storage: str) -> dict[str, Any]:
     deleted = sweep["checkpoints_deleted"]
     goal_bytes = (_KEEP + _AT_ONCE + 1) * size
     out: dict[str, Any] = {
-        "trials": trials,
-        "checkpoints_per_trial": steps,
-        "checkpoint_bytes": size,
-        "at_once": _AT_ONCE,
-        "sweep_num_to_keep": _KEEP,
+        **_setup(trials, steps, size),
         "flavours": runs,
         "ratio": sweep["seconds"] / none["seconds"],
         "goal_peak_bytes": goal_bytes,
