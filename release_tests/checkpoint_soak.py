@@ -130,7 +130,7 @@ def run(ctx: Context) -> dict:
     import ray
 
     trials, steps, sleep = (2, 8, 0.3) if ctx.smoke else (4, 60, 0.5)
-    markers = tempfile.mkdtemp(prefix="rtt_soak_")
+    markers = ctx.scratch("rtt_soak_")
     storage = ctx.storage_uri()
     fs, experiment = _fs(_with_path(storage, "soak"))
     ctx.progress(f"{trials} trials x {steps} steps; starting the first driver")

@@ -15,12 +15,14 @@ import argparse
 import faulthandler
 import json
 import os
+import shutil
 import sys
+import tempfile
 import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
@@ -56,6 +58,7 @@ class Context:
     out_dir: Path
     storage: str = "local"
     _s3: Any = None
+    _scratch: list = field(default_factory=list)
 
     def progress(self, message: str) -> None:
         print(f"[{self.name}] {time.strftime('%H:%M:%S')} {message}", flush=True)
@@ -94,10 +97,19 @@ class Context:
             self.progress(f"moto S3 server on {self._s3.endpoint}")
         return self._s3.uri(f"{self.name}/{sub}".rstrip("/"))
 
+    def scratch(self, prefix: str) -> str:
+        """A new empty folder under /tmp for the scenario's own files (markers,
+        a checkpoint to resume from), removed when the scenario ends."""
+        path = tempfile.mkdtemp(prefix=prefix)
+        self._scratch.append(path)
+        return path
+
     def close(self) -> None:
         if self._s3 is not None:
             self._s3.stop()
             self._s3 = None
+        while self._scratch:
+            shutil.rmtree(self._scratch.pop(), ignore_errors=True)
 
 
 #: How long a stuck run's report waits for Ray's answer (Ray's calls take no timeout).

@@ -59,7 +59,7 @@ def run(ctx: Context) -> dict:
 
     Counted = counting_conversions(ray_tt_ext.DataParallelTrainer, count)
 
-    resume_dir = tempfile.mkdtemp(prefix="rtt_resume_")
+    resume_dir = ctx.scratch("rtt_resume_")
     Path(resume_dir, "state.json").write_text(json.dumps({"step": 0}))
     np.ones(checkpoint_bytes // 8).tofile(os.path.join(resume_dir, "weights.bin"))
     trainer = Counted(

@@ -65,7 +65,7 @@ def run(ctx: Context) -> dict:
     workers = [cluster.add_node(num_cpus=2, resources={"worker_node": 1}) for _ in range(2)]
     cluster.wait_for_nodes()
     experiment = Path(ctx.storage_path, "multinode")
-    nodes_dir = tempfile.mkdtemp(prefix="rtt_nodes_")
+    nodes_dir = ctx.scratch("rtt_nodes_")
     killed = {}
 
     def kill_after_second_checkpoint():
