@@ -4,8 +4,10 @@
 # Each row is scripts/compat.sh VERSION (the whole regression suite, Train V1 and
 # Train V2 sessions, in a venv of its own) with its wall time. Unattended and
 # resumable: a row's verdict is kept in compat_results/rows/VERSION.txt with the
-# commit it ran at, and a row that passed at this commit (on a clean tree) is not
-# run again (one that failed or was cut short is); --fresh runs every row. Rows of
+# commit it ran at, and a row that passed on this code (on a clean tree: the same
+# files at its commit as now, but the matrix's own outputs and the CHANGELOG;
+# scripts/render_compatibility.py --same-code) is not run again (one that failed
+# or was cut short is); --fresh runs every row. Rows of
 # versions not run this time are kept from docs/compatibility.tsv. The page's
 # passing minors become MATRIX_RAN, from which RAY_OVERRIDES' `checked` ranges
 # are derived (scripts/render_compatibility.py). Exit 0 when every row passes
@@ -23,8 +25,9 @@ mkdir -p compat_results/rows docs
 for v in "${versions[@]}"; do
   row="compat_results/rows/$v.txt"
   if [ "$fresh" -eq 0 ] && [ -f "$row" ] && [[ "$commit" != *-dirty ]] &&
-     grep -q "^commit $commit\$" "$row" && head -1 "$row" | grep -q ": PASS"; then
-    echo "=== ray $v: done at $commit ($(head -1 "$row"))" >&2
+     head -1 "$row" | grep -q ": PASS" &&
+     python3 scripts/render_compatibility.py --same-code "$(sed -n 's/^commit //p' "$row")"; then
+    echo "=== ray $v: done on this code ($(head -1 "$row"))" >&2
     continue
   fi
   echo "=== ray $v ($(date +%H:%M:%S))" >&2

@@ -2,8 +2,13 @@
 """Merge verdict lines from scripts/matrix.sh into docs/compatibility.{tsv,md}.
 
     python3 scripts/render_compatibility.py [--commit SHA] compat_results/matrix.txt
+    python3 scripts/render_compatibility.py --same-code COMMIT   (exit 0: yes)
 
 ``--commit`` names the commit the verdicts were run on (default: HEAD).
+``--same-code COMMIT`` says whether a row run at COMMIT ran the code of HEAD: every
+file the same but the matrix's own outputs and the CHANGELOG (:data:`MATRIX_OUTPUTS`
+and the ``MATRIX_RAN`` line), so that rows run at several commits of a session that only
+added rows count as one (scripts/matrix.sh does not run such a row again).
 
 A verdict line is ``ray 2.60.0: PASS (tests/ 270 passed, 33 skipped; tests/v2 75
 passed) in 845 s on 2026-12-06 at 1370021`` (its wall time, date and commit:
@@ -29,6 +34,16 @@ LINE = re.compile(
     r"(?: in (?P<seconds>\d+) s)?(?: on (?P<date>\S+) at (?P<commit>\S+))?"
 )
 COLUMNS = ["ray", "pins", "verdict", "summary", "date", "commit", "seconds"]
+#: What scripts/matrix.sh itself writes, and the CHANGELOG (no test or script of
+#: a row reads it): a row's code is every other file.
+MATRIX_OUTPUTS = (
+    "compat_results/",
+    "docs/compatibility.md",
+    "docs/compatibility.tsv",
+    "CHANGELOG.md",
+)
+#: The one line of the package the matrix writes (:func:`write_matrix_ran`).
+MATRIX_RAN_LINE = re.compile(r"^MATRIX_RAN: tuple\[str, \.\.\.\] = \(.*\)$", re.M)
 
 
 def _constant(path: str, name: str) -> str:
@@ -186,17 +201,60 @@ def page(rows: list[list[str]]) -> str:
         f"Train V2 rows that pass: {', '.join(v2_rows) or 'none'}.",
         f"Ray minors with no row in the table: {', '.join(missing) or 'none'}.",
         "",
+        "The code column is a digest of the files a row ran (every file at its",
+        "commit but the matrix's own outputs and the CHANGELOG:",
+        "`scripts/render_compatibility.py --same-code COMMIT`): rows with the same",
+        "digest ran the same code, whatever their commit.",
+        "",
         "| Ray | pins | verdict | Train V1 (`tests/`) | Train V2 (`tests/v2`) "
-        "| wall time | date | ray_tt_ext commit |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| wall time | date | ray_tt_ext commit | code |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
         v1, v2 = _sessions(r[3])
         seconds = f"{int(r[6]) // 60} min {int(r[6]) % 60} s" if r[6] else "-"
+        code = (code_of(r[5]) or "-")[:8]
         lines.append(
-            f"| {r[0]} | {r[1]} | {r[2]} | {v1} | {v2} | {seconds} | {r[4]} | {r[5]} |"
+            f"| {r[0]} | {r[1]} | {r[2]} | {v1} | {v2} | {seconds} | {r[4]} | {r[5]} "
+            f"| {code} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(
+        ["git", *args], cwd=repo, capture_output=True, text=True, check=True
+    ).stdout
+
+
+def code_of(commit: str, repo: Path = ROOT) -> str | None:
+    """A digest of the files at ``commit`` a matrix row runs: every file but
+    :data:`MATRIX_OUTPUTS`, the override map with its ``MATRIX_RAN`` line blanked.
+    None for a commit git does not know (``abc1234-dirty``: a row run on an
+    uncommitted tree)."""
+    import hashlib
+
+    try:
+        listing = _git(repo, "ls-tree", "-r", "--full-tree", commit)
+    except subprocess.CalledProcessError:
+        return None
+    overrides = OVERRIDES.relative_to(ROOT).as_posix()
+    digest = hashlib.sha256()
+    for line in sorted(listing.splitlines()):
+        meta, path = line.split("\t", 1)
+        if path.startswith(MATRIX_OUTPUTS):
+            continue
+        if path == overrides:
+            text = MATRIX_RAN_LINE.sub("MATRIX_RAN", _git(repo, "show", f"{commit}:{path}"))
+            meta = hashlib.sha256(text.encode()).hexdigest()
+        digest.update(f"{meta}\t{path}\n".encode())
+    return digest.hexdigest()
+
+
+def same_code(commit: str, repo: Path = ROOT) -> bool:
+    """Whether a row run at ``commit`` ran the code of HEAD (:func:`code_of`)."""
+    row = code_of(commit, repo)
+    return row is not None and row == code_of("HEAD", repo)
 
 
 def _minor_tuple(version: str) -> tuple[int, ...]:
@@ -204,6 +262,8 @@ def _minor_tuple(version: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--same-code"]:
+        return 0 if same_code(argv[1]) else 1
     rows: dict[str, list[str]] = {}
     if TSV.exists():
         for line in TSV.read_text().splitlines()[1:]:

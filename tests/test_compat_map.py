@@ -436,6 +436,88 @@ def test_checked_is_what_the_matrix_ran():
     assert not wrong, "\n".join(wrong)
 
 
+def _render_compatibility():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "render_compatibility", ROOT / "scripts" / "render_compatibility.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rows_at_two_commits_ran_the_same_code_when_only_the_matrix_wrote_between(
+    tmp_path,
+):
+    """scripts/matrix.sh keeps a passed row while the code is the same
+    (``render_compatibility.code_of``): a commit that only adds rows (the page,
+    the rows, ``MATRIX_RAN``) or a CHANGELOG entry leaves a row's code as it was;
+    any other change to any file, the override map's other lines among them,
+    makes it another code."""
+    import subprocess
+
+    render = _render_compatibility()
+
+    def commit(files: dict[str, str]) -> str:
+        for path, text in files.items():
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(text)
+        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+        subprocess.run([*git, "add", "-A"], check=True)
+        subprocess.run([*git, "commit", "-qm", "c"], check=True)
+        return subprocess.run(
+            [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
+        ).stdout.strip()
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    overrides = "ray_tt_ext/_compat/overrides.py"
+    first = commit(
+        {
+            "a.py": "x = 1\n",
+            overrides: 'RAY = 1\nMATRIX_RAN: tuple[str, ...] = ("2.60",)\n',
+            "CHANGELOG.md": "- a\n",
+            "docs/compatibility.md": "rows\n",
+        }
+    )
+    rows = commit(
+        {
+            overrides: 'RAY = 1\nMATRIX_RAN: tuple[str, ...] = ("2.52", "2.60")\n',
+            "CHANGELOG.md": "- a\n- b\n",
+            "docs/compatibility.md": "more rows\n",
+            "docs/compatibility.tsv": "ray\n",
+            "compat_results/rows/2.52.txt": "ray 2.52.1: PASS\n",
+        }
+    )
+    code = render.code_of(first, tmp_path)
+    assert code is not None and render.code_of(rows, tmp_path) == code
+    assert render.same_code(first, tmp_path)
+    assert render.code_of(first + "-dirty", tmp_path) is None
+    assert not render.same_code(first + "-dirty", tmp_path)
+    for change in (
+        {"a.py": "x = 2\n"},
+        {overrides: 'RAY = 2\nMATRIX_RAN: tuple[str, ...] = ("2.60",)\n'},
+        {"docs/guide.md": "new\n"},
+    ):
+        changed = commit(change)
+        assert render.code_of(changed, tmp_path) != code, change
+        assert not render.same_code(first, tmp_path), change
+        code = render.code_of(changed, tmp_path)
+    # The CHANGELOG is left out because nothing a row runs reads it (these three
+    # only say so).
+    says_so = ("render_compatibility.py", "matrix.sh", Path(__file__).name)
+    readers = [
+        str(p.relative_to(ROOT))
+        for folder in ("tests", "rtt_testing", "ray_tt_ext", "release_tests", "scripts")
+        for p in (ROOT / folder).rglob("*")
+        if p.is_file()
+        and p.suffix in (".py", ".sh", "")
+        and p.name not in says_so
+        and "CHANGELOG" in p.read_text(errors="replace")
+    ]
+    assert not readers, readers
+
+
 def test_the_supported_releases_are_said_the_same_everywhere(monkeypatch):
     """The package's range (``MIN_RAY_VERSION``, ``MAX_RAY_VERSION``) and Train V2's
     (``MIN_TRAIN_V2_RAY_VERSION``) are what the errors name, what
