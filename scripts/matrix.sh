@@ -4,10 +4,10 @@
 # Each row is scripts/compat.sh VERSION (the whole regression suite, Train V1 and
 # Train V2 sessions, in a venv of its own) with its wall time. Unattended and
 # resumable: a row's verdict is kept in compat_results/rows/VERSION.txt with the
-# commit it ran at, and a row that passed on this code (on a clean tree: the same
-# files at its commit as now, but the matrix's own outputs and the CHANGELOG;
-# scripts/render_compatibility.py --same-code) is not run again (one that failed
-# or was cut short is); --fresh runs every row. Rows of
+# commit and the code it ran (the working tree's files, committed or not, but the
+# matrix's own outputs and the CHANGELOG: scripts/render_compatibility.py --code),
+# and a row that passed on this code is not run again (one that failed or was cut
+# short is); --fresh runs every row. Rows of
 # versions not run this time are kept from docs/compatibility.tsv. The page's
 # passing minors become MATRIX_RAN, from which RAY_OVERRIDES' `checked` ranges
 # are derived (scripts/render_compatibility.py). Exit 0 when every row passes
@@ -21,27 +21,29 @@ if [ ${#versions[@]} -eq 0 ]; then
   for f in constraints/ray-*.txt; do v="${f#constraints/ray-}"; versions+=("${v%.txt}"); done
 fi
 commit="$(git describe --always --dirty --abbrev=7 2>/dev/null || echo unknown)"
+# The code a row runs: the working tree's files, but the matrix's own outputs.
+code="$(python3 scripts/render_compatibility.py --code)" || exit 1
 mkdir -p compat_results/rows docs
 for v in "${versions[@]}"; do
   row="compat_results/rows/$v.txt"
-  if [ "$fresh" -eq 0 ] && [ -f "$row" ] && [[ "$commit" != *-dirty ]] &&
-     head -1 "$row" | grep -q ": PASS" &&
-     python3 scripts/render_compatibility.py --same-code "$(sed -n 's/^commit //p' "$row")"; then
-    echo "=== ray $v: done on this code ($(head -1 "$row"))" >&2
+  if [ "$fresh" -eq 0 ] && passed="$(python3 scripts/render_compatibility.py --done "$v" "$code")"; then
+    echo "=== ray $v: done on this code ($passed)" >&2
+    # A row only the committed page had gets its file (its verdict line).
+    [ -f "$row" ] && head -1 "$row" | grep -q ": PASS" || printf '%s\n' "$passed" > "$row"
     continue
   fi
   echo "=== ray $v ($(date +%H:%M:%S))" >&2
   start=$(date +%s)
   verdict="$(RTT_MATRIX_ROW=1 scripts/compat.sh "$v" | tail -1)"
-  code=$?  # compat.sh's (pipefail)
+  status=$?  # compat.sh's (pipefail)
   seconds=$(( $(date +%s) - start ))
   # No verdict line (compat.sh cut short): a failed row, never an old one kept.
   if ! [[ "$verdict" =~ ^ray\ [0-9.]+:\ (PASS|FAIL) ]] ||
-     { [ "$code" -ne 0 ] && [[ "$verdict" == *": PASS"* ]]; }; then
-    verdict="ray $v: FAIL (no verdict: scripts/compat.sh exited $code)"
+     { [ "$status" -ne 0 ] && [[ "$verdict" == *": PASS"* ]]; }; then
+    verdict="ray $v: FAIL (no verdict: scripts/compat.sh exited $status)"
   fi
-  printf '%s in %s s on %s at %s\ncommit %s\n' "$verdict" "$seconds" "$(date +%F)" \
-    "$commit" "$commit" > "$row"
+  printf '%s in %s s on %s at %s code %s\ncommit %s\ncode %s\n' "$verdict" "$seconds" \
+    "$(date +%F)" "$commit" "$code" "$commit" "$code" > "$row"
   head -1 "$row"
 done
 : > compat_results/matrix.txt

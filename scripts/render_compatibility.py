@@ -5,14 +5,21 @@
     python3 scripts/render_compatibility.py --same-code COMMIT   (exit 0: yes)
 
 ``--commit`` names the commit the verdicts were run on (default: HEAD).
-``--same-code COMMIT`` says whether a row run at COMMIT ran the code of HEAD: every
-file the same but the matrix's own outputs and the CHANGELOG (:data:`MATRIX_OUTPUTS`
-and the ``MATRIX_RAN`` line), so that rows run at several commits of a session that only
-added rows count as one (scripts/matrix.sh does not run such a row again).
+``--code`` prints the digest of the code in the working tree (:func:`code_of`):
+every file git would commit, but the matrix's own outputs and the CHANGELOG
+(:data:`MATRIX_OUTPUTS`, the ``MATRIX_RAN`` line, the page's lines written from the
+rows). ``--same-code REF`` (a commit, or a digest that ``--code`` printed) exits 0
+when it is the working tree's code. ``--done VERSION CODE`` prints the verdict of
+a row of VERSION that passed on CODE (its row file, else the committed page's
+row) and exits 0, else exits 1: scripts/matrix.sh records each row's code and
+does not run such a row again, so rows run at several commits of a session that
+only added rows count as one run of that code, in any clone.
 
 A verdict line is ``ray 2.60.0: PASS (tests/ 270 passed, 33 skipped; tests/v2 75
-passed) in 845 s on 2026-12-06 at 1370021`` (its wall time, date and commit:
-scripts/matrix.sh writes them; without them, today and ``--commit``). Rows of Ray versions not in the input are kept. What the
+passed) in 845 s on 2026-12-06 at 1370021 code 0123456789abcdef`` (its wall
+time, date, commit and code: scripts/matrix.sh writes them; without them, today,
+``--commit`` and that commit's code). Rows of Ray versions not in the input are
+kept. What the
 page says about the supported releases comes from the package's own constants
 (read from its source, not imported), and ``tests/test_compat_map.py`` checks
 that the page, the errors and ``RAY_OVERRIDES`` agree. Standard library only.
@@ -32,18 +39,29 @@ MD = ROOT / "docs" / "compatibility.md"
 LINE = re.compile(
     r"^ray (?P<version>\S+): (?P<verdict>PASS|FAIL)(?: \((?P<summary>.*)\))?"
     r"(?: in (?P<seconds>\d+) s)?(?: on (?P<date>\S+) at (?P<commit>\S+))?"
+    r"(?: code (?P<code>[0-9a-f]+))?$"
 )
-COLUMNS = ["ray", "pins", "verdict", "summary", "date", "commit", "seconds"]
-#: What scripts/matrix.sh itself writes, and the CHANGELOG (no test or script of
-#: a row reads it): a row's code is every other file.
-MATRIX_OUTPUTS = (
-    "compat_results/",
-    "docs/compatibility.md",
-    "docs/compatibility.tsv",
-    "CHANGELOG.md",
-)
-#: The one line of the package the matrix writes (:func:`write_matrix_ran`).
-MATRIX_RAN_LINE = re.compile(r"^MATRIX_RAN: tuple\[str, \.\.\.\] = \(.*\)$", re.M)
+COLUMNS = ["ray", "pins", "verdict", "summary", "date", "commit", "seconds", "code"]
+#: Files scripts/matrix.sh itself writes, and the CHANGELOG (nothing a row runs
+#: reads them): a row's code is every other file, with the lines of
+#: :data:`WRITTEN_LINES` blanked.
+MATRIX_OUTPUTS = ("compat_results/", "docs/compatibility.tsv", "CHANGELOG.md")
+#: The lines the matrix writes into files that are code otherwise: the override
+#: map's ``MATRIX_RAN`` (:func:`write_matrix_ran`), and the page's lines written
+#: from the rows (its table and the two lists before it; the rest of the page,
+#: which tests read, comes from the package's constants and this script).
+WRITTEN_LINES = {
+    "ray_tt_ext/_compat/overrides.py": re.compile(
+        r"^MATRIX_RAN: tuple\[str, \.\.\.\] = \(.*\)$", re.M
+    ),
+    "docs/compatibility.md": re.compile(
+        r"^(?:\| \d+\.\d+\S* \|.*|Train V2 rows that pass: .*|"
+        r"Ray minors with no row in the table: .*)\n?",
+        re.M,
+    ),
+}
+#: The length of a code digest (hex digits).
+CODE_DIGITS = 16
 
 
 def _constant(path: str, name: str) -> str:
@@ -201,10 +219,12 @@ def page(rows: list[list[str]]) -> str:
         f"Train V2 rows that pass: {', '.join(v2_rows) or 'none'}.",
         f"Ray minors with no row in the table: {', '.join(missing) or 'none'}.",
         "",
-        "The code column is a digest of the files a row ran (every file at its",
-        "commit but the matrix's own outputs and the CHANGELOG:",
-        "`scripts/render_compatibility.py --same-code COMMIT`): rows with the same",
-        "digest ran the same code, whatever their commit.",
+        "The code column is a digest of the code a row ran: every file of the",
+        "working tree git would commit, but what the matrix writes (the rows, this",
+        "table, `MATRIX_RAN`) and the CHANGELOG (`scripts/render_compatibility.py",
+        "--code`). Rows with the same digest ran the same code, whatever their",
+        "commit; `-` is a row run before the digest was recorded, on a tree with",
+        "changes not committed.",
         "",
         "| Ray | pins | verdict | Train V1 (`tests/`) | Train V2 (`tests/v2`) "
         "| wall time | date | ray_tt_ext commit | code |",
@@ -213,7 +233,7 @@ def page(rows: list[list[str]]) -> str:
     for r in rows:
         v1, v2 = _sessions(r[3])
         seconds = f"{int(r[6]) // 60} min {int(r[6]) % 60} s" if r[6] else "-"
-        code = (code_of(r[5]) or "-")[:8]
+        code = (r[7] or code_of(r[5]) or "-")[:8]
         lines.append(
             f"| {r[0]} | {r[1]} | {r[2]} | {v1} | {v2} | {seconds} | {r[4]} | {r[5]} "
             f"| {code} |"
@@ -227,34 +247,84 @@ def _git(repo: Path, *args: str) -> str:
     ).stdout
 
 
-def code_of(commit: str, repo: Path = ROOT) -> str | None:
-    """A digest of the files at ``commit`` a matrix row runs: every file but
-    :data:`MATRIX_OUTPUTS`, the override map with its ``MATRIX_RAN`` line blanked.
-    None for a commit git does not know (``abc1234-dirty``: a row run on an
-    uncommitted tree)."""
+def working_tree(repo: Path = ROOT) -> str:
+    """The git tree of the working tree as it is: tracked files as edited and
+    files git does not ignore, committed or not (a temporary index; the
+    repository's own index is left alone)."""
+    import os
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {**os.environ, "GIT_INDEX_FILE": os.path.join(tmp, "index")}
+        for args in (["read-tree", "HEAD"], ["add", "-A"]):
+            subprocess.run(["git", *args], cwd=repo, env=env, check=True)
+        return subprocess.run(
+            ["git", "write-tree"],
+            cwd=repo,
+            env=env,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout.strip()
+
+
+def code_of(ref: str, repo: Path = ROOT) -> str | None:
+    """A digest of the code at ``ref`` (a commit or a tree): every file but
+    :data:`MATRIX_OUTPUTS`, with the lines of :data:`WRITTEN_LINES` blanked.
+    None for a name git does not know (``abc1234-dirty``)."""
     import hashlib
 
     try:
-        listing = _git(repo, "ls-tree", "-r", "--full-tree", commit)
+        listing = _git(repo, "ls-tree", "-r", "-z", "--full-tree", ref)
     except subprocess.CalledProcessError:
         return None
-    overrides = OVERRIDES.relative_to(ROOT).as_posix()
     digest = hashlib.sha256()
-    for line in sorted(listing.splitlines()):
-        meta, path = line.split("\t", 1)
+    for entry in sorted(e for e in listing.split("\0") if e):
+        meta, path = entry.split("\t", 1)
         if path.startswith(MATRIX_OUTPUTS):
             continue
-        if path == overrides:
-            text = MATRIX_RAN_LINE.sub("MATRIX_RAN", _git(repo, "show", f"{commit}:{path}"))
+        if path in WRITTEN_LINES:
+            # Each written line removed, with its end (a table's length aside).
+            text = WRITTEN_LINES[path].sub("", _git(repo, "show", f"{ref}:{path}"))
             meta = hashlib.sha256(text.encode()).hexdigest()
         digest.update(f"{meta}\t{path}\n".encode())
-    return digest.hexdigest()
+    return digest.hexdigest()[:CODE_DIGITS]
 
 
-def same_code(commit: str, repo: Path = ROOT) -> bool:
-    """Whether a row run at ``commit`` ran the code of HEAD (:func:`code_of`)."""
-    row = code_of(commit, repo)
-    return row is not None and row == code_of("HEAD", repo)
+def same_code(ref: str, repo: Path = ROOT) -> bool:
+    """Whether ``ref`` (a commit, a tree, or a digest :func:`code_of` gave) is the
+    code of the working tree."""
+    if re.fullmatch(rf"[0-9a-f]{{{CODE_DIGITS}}}", ref) and code_of(ref, repo) is None:
+        row = ref
+    else:
+        row = code_of(ref, repo)
+    return row is not None and row == code_of(working_tree(repo), repo)
+
+
+def done(version: str, code: str) -> str | None:
+    """The verdict line of a row of ``version`` that passed on ``code``: its row
+    file (compat_results/rows/VERSION.txt, this checkout's) or else the page's
+    row (docs/compatibility.tsv, committed); None when neither did."""
+    row = ROOT / "compat_results" / "rows" / f"{version}.txt"
+    if row.exists():
+        m = LINE.match(row.read_text().splitlines()[0].strip())
+        if (
+            m
+            and m["verdict"] == "PASS"
+            and (m["code"] or code_of(m["commit"] or "")) == code
+        ):
+            return m.group(0)
+    if TSV.exists():
+        for line in TSV.read_text().splitlines()[1:]:
+            cells = dict(zip(COLUMNS, line.split("\t"), strict=False))
+            if _minor(cells["ray"]) != _minor(version) or cells["verdict"] != "PASS":
+                continue
+            if (cells.get("code") or code_of(cells["commit"])) == code:
+                return (
+                    f"ray {cells['ray']}: PASS ({cells['summary']}) in {cells['seconds']} s"
+                    f" on {cells['date']} at {cells['commit']} code {code}"
+                )
+    return None
 
 
 def _minor_tuple(version: str) -> tuple[int, ...]:
@@ -262,13 +332,26 @@ def _minor_tuple(version: str) -> tuple[int, ...]:
 
 
 def main(argv: list[str]) -> int:
+    if argv[:1] == ["--code"]:
+        print(code_of(working_tree()))
+        return 0
+    if argv[:1] == ["--done"]:
+        if len(argv) != 3:
+            raise SystemExit("usage: render_compatibility.py --done VERSION CODE")
+        line = done(argv[1], argv[2])
+        if line is not None:
+            print(line)
+        return 0 if line is not None else 1
     if argv[:1] == ["--same-code"]:
+        if len(argv) != 2:
+            raise SystemExit("usage: render_compatibility.py --same-code COMMIT_OR_CODE")
         return 0 if same_code(argv[1]) else 1
     rows: dict[str, list[str]] = {}
     if TSV.exists():
         for line in TSV.read_text().splitlines()[1:]:
             cells = line.split("\t")
             cells += [""] * (len(COLUMNS) - len(cells))
+            cells[7] = cells[7] or code_of(cells[5]) or ""
             rows[_minor(cells[0])] = cells
     today = datetime.date.today().isoformat()
     commit = None
@@ -296,6 +379,7 @@ def main(argv: list[str]) -> int:
                     m["date"] or today,
                     m["commit"] or commit,
                     m["seconds"] or "",
+                    m["code"] or code_of(m["commit"] or commit) or "",
                 ]
     TSV.parent.mkdir(exist_ok=True)
     ordered = sorted(rows.values(), key=lambda r: _minor_tuple(r[0]))

@@ -451,69 +451,90 @@ def test_rows_at_two_commits_ran_the_same_code_when_only_the_matrix_wrote_betwee
     tmp_path,
 ):
     """scripts/matrix.sh keeps a passed row while the code is the same
-    (``render_compatibility.code_of``): a commit that only adds rows (the page,
-    the rows, ``MATRIX_RAN``) or a CHANGELOG entry leaves a row's code as it was;
-    any other change to any file, the override map's other lines among them,
-    makes it another code."""
+    (``render_compatibility.code_of``): a commit that only adds rows (the rows,
+    the page's table, ``MATRIX_RAN``) or a CHANGELOG entry leaves a row's code as
+    it was; any other change to any file, the page's prose and the override
+    map's other lines among them, makes it another code, and so does a file in
+    the working tree that is not committed yet."""
     import subprocess
 
     render = _render_compatibility()
+    git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
 
-    def commit(files: dict[str, str]) -> str:
+    def write(files: dict[str, str]) -> None:
         for path, text in files.items():
             (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
             (tmp_path / path).write_text(text)
-        git = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(tmp_path)]
+
+    def commit(files: dict[str, str]) -> str:
+        write(files)
         subprocess.run([*git, "add", "-A"], check=True)
         subprocess.run([*git, "commit", "-qm", "c"], check=True)
         return subprocess.run(
             [*git, "rev-parse", "HEAD"], check=True, capture_output=True, text=True
         ).stdout.strip()
 
+    def page(prose: str, rows: list[str]) -> str:
+        table = "".join(f"| {r} | none | PASS |\n" for r in rows)
+        return (
+            f"{prose}\nTrain V2 rows that pass: {', '.join(rows)}.\n"
+            f"Ray minors with no row in the table: 2.40.\n\n{table}"
+        )
+
+    def matrix_ran(minors: str) -> str:
+        return f"RAY = 1\nMATRIX_RAN: tuple[str, ...] = ({minors})\n"
+
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     overrides = "ray_tt_ext/_compat/overrides.py"
     first = commit(
         {
             "a.py": "x = 1\n",
-            overrides: 'RAY = 1\nMATRIX_RAN: tuple[str, ...] = ("2.60",)\n',
+            overrides: matrix_ran('"2.60",'),
             "CHANGELOG.md": "- a\n",
-            "docs/compatibility.md": "rows\n",
+            "docs/compatibility.md": page("Train V2: Ray >=2.51.", ["2.60.0"]),
         }
     )
+    code = render.code_of(first, tmp_path)
+    assert code is not None and render.same_code(first, tmp_path)
     rows = commit(
         {
-            overrides: 'RAY = 1\nMATRIX_RAN: tuple[str, ...] = ("2.52", "2.60")\n',
+            overrides: matrix_ran('"2.52", "2.60"'),
             "CHANGELOG.md": "- a\n- b\n",
-            "docs/compatibility.md": "more rows\n",
+            "docs/compatibility.md": page("Train V2: Ray >=2.51.", ["2.52.1", "2.60.0"]),
             "docs/compatibility.tsv": "ray\n",
             "compat_results/rows/2.52.txt": "ray 2.52.1: PASS\n",
         }
     )
-    code = render.code_of(first, tmp_path)
-    assert code is not None and render.code_of(rows, tmp_path) == code
-    assert render.same_code(first, tmp_path)
+    assert render.code_of(rows, tmp_path) == code
+    assert render.same_code(first, tmp_path) and render.same_code(code, tmp_path)
     assert render.code_of(first + "-dirty", tmp_path) is None
     assert not render.same_code(first + "-dirty", tmp_path)
+    write({"tests/test_new.py": "def test(): pass\n"})  # not committed yet
+    assert not render.same_code(first, tmp_path)
+    assert render.code_of(render.working_tree(tmp_path), tmp_path) != code
+    (tmp_path / "tests" / "test_new.py").unlink()
+    assert render.same_code(first, tmp_path)
     for change in (
         {"a.py": "x = 2\n"},
-        {overrides: 'RAY = 2\nMATRIX_RAN: tuple[str, ...] = ("2.60",)\n'},
+        {overrides: matrix_ran('"2.52", "2.60"').replace("RAY = 1", "RAY = 2")},
+        {"docs/compatibility.md": page("Train V2: Ray >=2.52.", ["2.52.1", "2.60.0"])},
         {"docs/guide.md": "new\n"},
     ):
         changed = commit(change)
         assert render.code_of(changed, tmp_path) != code, change
         assert not render.same_code(first, tmp_path), change
         code = render.code_of(changed, tmp_path)
-    # The CHANGELOG is left out because nothing a row runs reads it (these three
-    # only say so).
+    # The CHANGELOG and the page's rows (compatibility.tsv) are left out because
+    # nothing a row runs reads them (these only say so, or run after the rows).
     says_so = ("render_compatibility.py", "matrix.sh", Path(__file__).name)
     readers = [
         str(p.relative_to(ROOT))
         for folder in ("tests", "rtt_testing", "ray_tt_ext", "release_tests", "scripts")
         for p in (ROOT / folder).rglob("*")
         if p.is_file()
-        and p.suffix in (".py", ".sh", "")
+        and p.suffix in (".py", ".sh", ".toml", ".cfg", ".ini", "")
         and p.name not in says_so
-        and "CHANGELOG" in p.read_text(errors="replace")
+        and re.search(r"CHANGELOG|compatibility\.tsv", p.read_text(errors="replace"))
     ]
     assert not readers, readers
 

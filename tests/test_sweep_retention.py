@@ -25,7 +25,7 @@ from helpers import (
     quiet_run_config,
     sweep_loop,
 )
-from ray.tune.schedulers import PopulationBasedTraining
+from ray.tune.schedulers import HyperBandScheduler, PopulationBasedTraining
 
 import ray_tt_ext
 from ray_tt_ext import CheckpointConfig, Tuner
@@ -230,6 +230,43 @@ def test_pbt_never_exploits_or_resumes_from_a_deleted_checkpoint(
     if synch:
         assert any(r.metrics_dataframe["resumed"].max() == 1 for r in grid), "none resumed"
     assert len(checkpoint_folders(root)) == 1
+
+
+def test_hyperband_resumes_each_paused_trial_from_its_kept_latest(
+    ray_start_4_cpus, storage_path
+):
+    """HyperBand (max_t=4, reduction_factor=2: a bracket of x=1..3 with its rung at
+    4 iterations, one of x=4..6 with its rung at 2) pauses each trial at its
+    rung until the bracket's others get there, then stops the worse and resumes
+    the better from their latest checkpoint. Each trial's best checkpoint is
+    its first (``declining``), so a trial's latest while it waits at the rung
+    is never the sweep's best: the sweep keeps it because the trial is paused,
+    and deletes it once the trial moves on or is stopped."""
+    hyperband = HyperBandScheduler(
+        time_attr="training_iteration", max_t=4, reduction_factor=2
+    )
+    # Every trial added at once (no max_concurrent_trials), so that each
+    # bracket fills before its first trial reaches its rung.
+    tune_config = ray.tune.TuneConfig(metric="score", mode="max", scheduler=hyperband)
+    grid = _tuner(
+        storage_path,
+        "hyperband",
+        CheckpointConfig(sweep_num_to_keep=1),
+        tune_config=tune_config,
+        steps=4,
+        declining=True,
+    ).fit()
+    kept = _kept(grid)
+    # A paused trial whose latest was deleted would start again from step 0
+    # (Tune drops the deleted checkpoint from the trial's record): resumed=0.
+    # Of x=4..6, x=4 is stopped at the rung, and whichever reaches it last runs
+    # on without a pause.
+    resumed = [r.config["x"] for r in grid if r.metrics_dataframe["resumed"].max()]
+    assert resumed and set(resumed) <= {5, 6}, resumed
+    stopped = [r.config["x"] for r in grid if r.metrics["step"] < 3]
+    assert stopped, "HyperBand stopped no trial at its rung"
+    assert kept == {1: [], 2: [], 3: [], 4: [], 5: [], 6: ["checkpoint_000000"]}
+    assert len(checkpoint_folders(storage_path)) == 1
 
 
 def test_bad_settings_are_refused_before_anything_is_written(storage_path):

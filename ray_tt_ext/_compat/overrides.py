@@ -43,7 +43,7 @@ class RayOverride:
 
 
 #: The Ray minors whose row of ``scripts/matrix.sh`` (docs/compatibility.md)
-#: passed at this round's commit: what each entry's ``checked`` is derived from
+#: passed on this code (the page's code column): what each entry's ``checked`` is derived from
 #: (tests/test_compat_map.py holds it to the page's rows).
 MATRIX_RAN: tuple[str, ...] = ("2.51", "2.53", "2.55", "2.57", "2.60")
 
