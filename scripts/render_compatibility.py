@@ -279,8 +279,8 @@ def code_of(ref: str, repo: Path = ROOT) -> str | None:
     except subprocess.CalledProcessError:
         return None
     digest = hashlib.sha256()
-    for entry in sorted(e for e in listing.split("\0") if e):
-        meta, path = entry.split("\t", 1)
+    entries = (e.split("\t", 1) for e in listing.split("\0") if e)
+    for path, meta in sorted((path, meta) for meta, path in entries):  # by path
         if path.startswith(MATRIX_OUTPUTS):
             continue
         if path in WRITTEN_LINES:

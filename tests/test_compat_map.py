@@ -486,8 +486,12 @@ def test_rows_at_two_commits_ran_the_same_code_when_only_the_matrix_wrote_betwee
 
     subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
     overrides = "ray_tt_ext/_compat/overrides.py"
+    # Files enough that the page's place among them, were they ordered by
+    # content, would move as its table grows (the digest orders them by path).
+    others = {f"pkg/m{i:02d}.py": f"i = {i}\n" for i in range(20)}
     first = commit(
         {
+            **others,
             "a.py": "x = 1\n",
             overrides: matrix_ran('"2.60",'),
             "CHANGELOG.md": "- a\n",
