@@ -236,12 +236,14 @@ def test_hyperband_resumes_each_paused_trial_from_its_kept_latest(
     ray_start_4_cpus, storage_path
 ):
     """HyperBand (max_t=4, reduction_factor=2: a bracket of x=1..3 with its rung at
-    4 iterations, one of x=4..6 with its rung at 2) pauses each trial at its
-    rung until the bracket's others get there, then stops the worse and resumes
-    the better from their latest checkpoint. Each trial's best checkpoint is
-    its first (``declining``), so a trial's latest while it waits at the rung
-    is never the sweep's best: the sweep keeps it because the trial is paused,
-    and deletes it once the trial moves on or is stopped."""
+    4 iterations, one of x=4..6 with its rung at 2) pauses x=4..6 at their rung
+    until the bracket's others get there, then stops the worst and resumes the
+    others from their latest checkpoint. Each trial's best checkpoint is its
+    first (``declining``), so a trial's latest while it waits at the rung is
+    never the sweep's best: the sweep keeps it because the trial is paused, and
+    deletes it once the trial moves on or is stopped. The trials end after 3
+    iterations, before max_t: Ray's HyperBand can leave a trial paused at its
+    last iteration for ever (seen with plain ``ray.tune.Tuner`` on Ray 2.60)."""
     hyperband = HyperBandScheduler(
         time_attr="training_iteration", max_t=4, reduction_factor=2
     )
@@ -253,7 +255,7 @@ def test_hyperband_resumes_each_paused_trial_from_its_kept_latest(
         "hyperband",
         CheckpointConfig(sweep_num_to_keep=1),
         tune_config=tune_config,
-        steps=4,
+        steps=3,
         declining=True,
     ).fit()
     kept = _kept(grid)
@@ -263,8 +265,7 @@ def test_hyperband_resumes_each_paused_trial_from_its_kept_latest(
     # on without a pause.
     resumed = [r.config["x"] for r in grid if r.metrics_dataframe["resumed"].max()]
     assert resumed and set(resumed) <= {5, 6}, resumed
-    stopped = [r.config["x"] for r in grid if r.metrics["step"] < 3]
-    assert stopped, "HyperBand stopped no trial at its rung"
+    assert [r.config["x"] for r in grid if r.metrics["step"] < 2] == [4]
     assert kept == {1: [], 2: [], 3: [], 4: [], 5: [], 6: ["checkpoint_000000"]}
     assert len(checkpoint_folders(storage_path)) == 1
 
