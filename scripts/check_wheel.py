@@ -3,8 +3,8 @@
 
     python scripts/check_wheel.py
 
-Builds ``ray_tt_ext``'s wheel (``pip wheel --no-deps``) into a temporary
-folder and checks that its code is exactly the package's ``.py`` files and
+Builds ``ray_tt_ext``'s wheel (``pip wheel --no-deps``), from a copy of the
+checkout without its build output, into a temporary folder and checks that its code is exactly the package's ``.py`` files and
 ``py.typed``, with no test support (``tests/``, ``rtt_testing/``). A build-only
 check, so ``scripts/check`` (which CI runs) runs it rather than the test
 suite. Exit status 0 when it holds. Standard library only.
@@ -12,6 +12,7 @@ suite. Exit status 0 when it holds. Standard library only.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -22,10 +23,30 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "ray_tt_ext"
 
 
+#: What the copy the wheel is built from leaves out: a checkout's build output
+#: (setuptools' ``build/lib`` keeps modules deleted since, and would put them in
+#: the wheel), venvs, caches and git.
+NOT_COPIED = shutil.ignore_patterns(
+    "build", "dist", ".venv", "venv", "*.egg-info", "__pycache__", ".git", "*_results"
+)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as out:
+        source = Path(out, "source")
+        shutil.copytree(ROOT, source, ignore=NOT_COPIED, symlinks=True)
         proc = subprocess.run(
-            [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", out, str(ROOT)],
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "-q",
+                "-w",
+                out,
+                str(source),
+            ],
             capture_output=True,
             text=True,
             timeout=600,
