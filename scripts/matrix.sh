@@ -28,8 +28,9 @@ for v in "${versions[@]}"; do
   row="compat_results/rows/$v.txt"
   if [ "$fresh" -eq 0 ] && passed="$(python3 scripts/render_compatibility.py --done "$v" "$code")"; then
     echo "=== ray $v: done on this code ($passed)" >&2
-    # A row only the committed page had gets its file (its verdict line).
-    [ -f "$row" ] && head -1 "$row" | grep -q ": PASS" || printf '%s\n' "$passed" > "$row"
+    # The page is rendered from the row files: one found on the committed page
+    # only (or on it newer than this checkout's file) gets its file.
+    [ "$(head -1 "$row" 2>/dev/null)" = "$passed" ] || printf '%s\n' "$passed" > "$row"
     continue
   fi
   echo "=== ray $v ($(date +%H:%M:%S))" >&2
