@@ -233,7 +233,7 @@ def page(rows: list[list[str]]) -> str:
     for r in rows:
         v1, v2 = _sessions(r[3])
         seconds = f"{int(r[6]) // 60} min {int(r[6]) % 60} s" if r[6] else "-"
-        code = (r[7] or code_of(r[5]) or "-")[:8]
+        code = (r[7] or "-")[:8]
         lines.append(
             f"| {r[0]} | {r[1]} | {r[2]} | {v1} | {v2} | {seconds} | {r[4]} | {r[5]} "
             f"| {code} |"
@@ -301,6 +301,18 @@ def same_code(ref: str, repo: Path = ROOT) -> bool:
     return row is not None and row == code_of(working_tree(repo), repo)
 
 
+def page_rows() -> list[list[str]]:
+    """docs/compatibility.tsv's rows (cells in :data:`COLUMNS`' order), each with
+    its code (that of its commit when the row did not record one)."""
+    rows = []
+    for line in TSV.read_text().splitlines()[1:] if TSV.exists() else []:
+        cells = line.split("\t")
+        cells += [""] * (len(COLUMNS) - len(cells))
+        cells[7] = cells[7] or code_of(cells[5]) or ""
+        rows.append(cells)
+    return rows
+
+
 def done(version: str, code: str) -> str | None:
     """The verdict line of a row of ``version`` that passed on ``code``: its row
     file (compat_results/rows/VERSION.txt, this checkout's) or else the page's
@@ -314,16 +326,9 @@ def done(version: str, code: str) -> str | None:
             and (m["code"] or code_of(m["commit"] or "")) == code
         ):
             return m.group(0)
-    if TSV.exists():
-        for line in TSV.read_text().splitlines()[1:]:
-            cells = dict(zip(COLUMNS, line.split("\t"), strict=False))
-            if _minor(cells["ray"]) != _minor(version) or cells["verdict"] != "PASS":
-                continue
-            if (cells.get("code") or code_of(cells["commit"])) == code:
-                return (
-                    f"ray {cells['ray']}: PASS ({cells['summary']}) in {cells['seconds']} s"
-                    f" on {cells['date']} at {cells['commit']} code {code}"
-                )
+    for ray, _, verdict, summary, date, commit, seconds, row_code in page_rows():
+        if _minor(ray) == _minor(version) and verdict == "PASS" and row_code == code:
+            return f"ray {ray}: PASS ({summary}) in {seconds} s on {date} at {commit} code {code}"
     return None
 
 
@@ -346,13 +351,7 @@ def main(argv: list[str]) -> int:
         if len(argv) != 2:
             raise SystemExit("usage: render_compatibility.py --same-code COMMIT_OR_CODE")
         return 0 if same_code(argv[1]) else 1
-    rows: dict[str, list[str]] = {}
-    if TSV.exists():
-        for line in TSV.read_text().splitlines()[1:]:
-            cells = line.split("\t")
-            cells += [""] * (len(COLUMNS) - len(cells))
-            cells[7] = cells[7] or code_of(cells[5]) or ""
-            rows[_minor(cells[0])] = cells
+    rows = {_minor(cells[0]): cells for cells in page_rows()}
     today = datetime.date.today().isoformat()
     commit = None
     if argv[:1] == ["--commit"]:
@@ -401,12 +400,10 @@ def write_matrix_ran(rows: list[list[str]]) -> None:
     passed = [_minor(r[0]) for r in rows if r[2] == "PASS"]
     items = ", ".join(f'"{m}"' for m in passed) + ("," if len(passed) == 1 else "")
     text = OVERRIDES.read_text()
-    new, n = re.subn(
-        r"^MATRIX_RAN: tuple\[str, \.\.\.\] = \(.*\)(?:  # fmt: skip)?$",
-        # One line, which the formatter leaves (the regexes here read it so).
+    new, n = WRITTEN_LINES["ray_tt_ext/_compat/overrides.py"].subn(
+        # One line, which the formatter leaves (WRITTEN_LINES reads it so).
         f"MATRIX_RAN: tuple[str, ...] = ({items})  # fmt: skip",
         text,
-        flags=re.M,
     )
     if n != 1:
         raise SystemExit(f"MATRIX_RAN not found (once) in {OVERRIDES}")
