@@ -5,9 +5,10 @@
 
 Builds ``ray_tt_ext``'s wheel (``pip wheel --no-deps``), from a copy of the
 checkout without its build output, into a temporary folder and checks that
-its code is exactly the package's ``.py`` files and ``py.typed``, with no test support (``tests/``, ``rtt_testing/``). A build-only
-check, so ``scripts/check`` (which CI runs) runs it rather than the test
-suite. Exit status 0 when it holds. Standard library only.
+its code is exactly the package's ``.py`` files and ``py.typed``, with no
+test support (``tests/``, ``rtt_testing/``). A build-only check, so
+``scripts/check`` (which CI runs) runs it rather than the test suite. Exit
+status 0 when it holds. Standard library only.
 """
 
 from __future__ import annotations
