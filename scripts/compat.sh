@@ -37,15 +37,15 @@ echo "ray $version: venv $venv, pins: ${pins[*]:-none}"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c "import ray, sys, torch, moto, xgboost; sys.exit(ray.__version__!='$version')" 2>/dev/null; then
   rm -rf "$venv"
   python3 -m venv "$venv" &&
-  "$venv/bin/python" -m pip install -q --upgrade pip > "$log" 2>&1 &&
-  "$venv/bin/python" -m pip install -q "ray[tune,train,client]==$version" "${pins[@]}" \
+  scripts/pip_install "$venv/bin/python" -q --upgrade pip > "$log" 2>&1 &&
+  scripts/pip_install "$venv/bin/python" -q "ray[tune,train,client]==$version" "${pins[@]}" \
       pytest pytest-timeout hypothesis numpy matplotlib "moto[server]>=5" "xgboost-cpu>=2" \
       -c constraints/test.txt torch >> "$log" 2>&1 ||
     { echo "ray $version: FAIL (could not install; see $log)"; exit 1; }
 fi
 # The pins again (an existing venv made before a pin was added): a no-op when met.
 if [ ${#pins[@]} -gt 0 ]; then
-  "$venv/bin/python" -m pip install -q "${pins[@]}" >> "$log" 2>&1 ||
+  scripts/pip_install "$venv/bin/python" -q "${pins[@]}" >> "$log" 2>&1 ||
     { echo "ray $version: FAIL (could not install its pins; see $log)"; exit 1; }
 fi
 # --no-deps: the package's declared range may not include the version under test.
@@ -54,7 +54,7 @@ fi
 editable_lock=(env)
 command -v flock > /dev/null && editable_lock=(flock /tmp/ray_tt_ext-editable-install.lock)
 "${editable_lock[@]}" \
-  "$venv/bin/python" -m pip install -q --no-deps -e . >> "$log" 2>&1 ||
+  scripts/pip_install "$venv/bin/python" -q --no-deps -e . >> "$log" 2>&1 ||
   { echo "ray $version: FAIL (could not install ray_tt_ext; see $log)"; exit 1; }
 if [ "$install_only" -eq 1 ]; then
   echo "ray $version: installed in $venv"

@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import importlib
 import importlib.util
 import inspect
 import re
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any, Optional
 
 from packaging.version import Version
@@ -145,7 +147,7 @@ def _sets_on_self(cls: type, name: str) -> bool:
         if klass is object or not klass.__module__.startswith("ray."):
             continue
         try:
-            source = inspect.getsource(klass)
+            source = _source_of(klass, inspect.getsource)
         except (OSError, TypeError):
             module_file = getattr(sys.modules.get(klass.__module__), "__file__", "") or ""
             if module_file.endswith(".pyc"):
@@ -154,6 +156,15 @@ def _sets_on_self(cls: type, name: str) -> bool:
         if pattern.search(source):
             return True
     return False
+
+
+@functools.cache
+def _source_of(klass: type, getsource: Callable[[Any], str]) -> str:
+    """``getsource(klass)``, read once per class: reading a class's source parses
+    its whole module, and the map names several attributes of one class.
+    ``getsource`` is part of the key, so a replaced ``inspect.getsource`` (the
+    override map's tests take an attribute out of a class's source) is called."""
+    return getsource(klass)
 
 
 def _resolve_in_source(module_name: str, qualname: str) -> str:
