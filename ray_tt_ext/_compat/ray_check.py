@@ -158,12 +158,13 @@ def _sets_on_self(cls: type, name: str) -> bool:
     return False
 
 
-@functools.cache
+@functools.lru_cache(maxsize=64)
 def _source_of(klass: type, getsource: Callable[[Any], str]) -> str:
-    """``getsource(klass)``, read once per class: reading a class's source parses
-    its whole module, and the map names several attributes of one class.
-    ``getsource`` is part of the key, so a replaced ``inspect.getsource`` (the
-    override map's tests take an attribute out of a class's source) is called."""
+    """``getsource(klass)``, read once per class until :func:`forget_checks`:
+    reading a class's source parses its whole module, and the map names several
+    attributes of one class. ``getsource`` is part of the key, so a replaced
+    ``inspect.getsource`` (the override map's tests take an attribute out of a
+    class's source) is called."""
     return getsource(klass)
 
 
@@ -256,6 +257,7 @@ def forget_checks() -> None:
     """Look the attributes up again at the next :func:`check_ray_attributes`."""
     with _CHECKED_LOCK:
         _CHECKED.clear()
+        _source_of.cache_clear()
 
 
 def unsupported_message(what: str, missing: list[MissingRayAttribute]) -> str:
