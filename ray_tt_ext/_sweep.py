@@ -19,10 +19,15 @@ and deletes the rest while the sweep runs. One :class:`SweepRetention` (a Tune
 callback, in Tune's loop) decides after each step in which a trial reported,
 saved, started, stopped or failed: it records the decision in the experiment
 folder (:data:`DELETING`), drops the checkpoints from Tune's record of their
-trials (``ResultGrid`` never names a deleted folder), and, when a state of the
-experiment saved since it last did names one of them, saves the experiment's
-state to storage and waits for it (``Tuner.restore`` never finds a checkpoint
-it names deleted); then it deletes the folders. ``Tuner.restore``
+trials (``ResultGrid`` never names a deleted folder), and, when the
+experiment's state on storage may name one of them, saves the experiment's
+state and uploads it (``Tuner.restore`` never finds a checkpoint it names
+deleted); then it deletes the folders. The experiment's state reaches storage
+only through uploads of ray_tt_ext's, one at a time in Tune's loop (after each
+of Tune's saves, and before such a deletion): Ray's own upload of
+the experiment folder, in a thread of its own, leaves it out, so no older
+state lands after a deletion, and no deletion waits for Ray's upload
+(``_compat.tune_checkpoints.take_state_upload``). ``Tuner.restore``
 after a kill deletes what a decision in flight left, unless the restored state
 still names it. Nothing is deleted outside the experiment folder, and no
 symbolic link is followed.
@@ -56,9 +61,6 @@ logger = logging.getLogger("ray_tt_ext")
 _DEFAULT_NAMES = re.compile(r"^checkpoint_(\d{6}|\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d\.\d{6})$")
 #: The decision in flight, in the experiment folder: the checkpoints it deletes.
 DELETING = ".ray_tt_ext_sweep_deleting.json"
-#: Seconds deletions wait for Ray's own upload of the experiment's state (a
-#: step of Tune's loop at a time) before a step waits for it to end.
-DEFER_LIMIT_S = 5.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -132,17 +134,19 @@ class SweepRetention(ray.tune.Callback):
         # recorded and Tune had not (see v2._controller.TrialController._replay).
         self._runs_resume_unrecorded = runs_resume_unrecorded
         self._statuses: dict[str, str] = {}  # trial id -> status at the last decision
-        # The checkpoints the experiment's states on storage may name: those of each
-        # save since the last one this callback forced and waited for.
+        # The checkpoints the experiment's state on storage may name: those of the
+        # last save that reached storage, and of each save since whose upload failed.
         self._saved: set[str] = set()
         self._controller: Any = None
         self._dirty = True
         self._recovered = False
         self._ended = False  # no trial may run: the last folders were listed
-        # Dropped from the records, not deleted yet (the state's save failed or
-        # waits for Ray's upload), since _pending_since (time.monotonic()).
+        # Dropped from the records, not deleted yet: the state's upload failed.
         self._pending: set[str] = set()
-        self._pending_since: Optional[float] = None
+        # After a failed upload, the next is tried no sooner than _retry_at
+        # (time.monotonic()), _backoff_s after it (doubled each time, to 30 s).
+        self._retry_at = 0.0
+        self._backoff_s = 0.0
         self._written: list[str] = []  # the last decision written (DELETING)
         self._seen = itertools.count()
         self._order: dict[str, int] = {}  # path -> when the sweep first saw it
@@ -153,14 +157,20 @@ class SweepRetention(ray.tune.Callback):
     # -- Tune's hooks ------------------------------------------------------------
 
     def attach_controller(self, controller: Any) -> None:
-        """Called by ray_tt_ext's ``TuneController`` (``_compat.tune_loop``): the
-        experiment's state is saved through it before any deletion."""
+        """Called by ray_tt_ext's ``TuneController`` (``_compat.tune_loop``) as it is
+        made: the experiment's state is saved through it before any deletion,
+        and uploaded only by ray_tt_ext from now on (Ray's upload of the
+        experiment folder leaves it out, and this callback's decision file)."""
         self._controller = controller
+        _tune.take_state_upload(controller, left_out=(DELETING,))
 
-    def experiment_state_saved(self, trials: list) -> None:
+    def experiment_state_saved(self, trials: list, on_storage: bool = False) -> None:
         """Called by ray_tt_ext's ``TuneController.save_to_dir``: the state saved
-        names these trials' checkpoints (it may reach storage later)."""
-        self._saved |= {c.path for t in trials for c in _tune.trial_checkpoints(t)}
+        names these trials' checkpoints, and it is the one on storage
+        (``on_storage``: its upload, the only one of the experiment's state,
+        ended) or may be."""
+        named = {c.path for t in trials for c in _tune.trial_checkpoints(t)}
+        self._saved = named if on_storage else self._saved | named
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         if not self._recovered:
@@ -177,19 +187,19 @@ class SweepRetention(ray.tune.Callback):
             self.decide(trials)
 
     def on_experiment_end(self, trials: list, **info: Any) -> None:
-        """Tune's loop ended: deletions still waiting (for Ray's upload of the
-        experiment's state, or a failed save) are done, once a save that no
-        longer names them is on storage. Nothing is decided anew: an
-        interrupted sweep's trials stay resumable."""
+        """Tune's loop ended: deletions still waiting (the upload of the
+        experiment's state failed) are done, once a save that no longer names
+        them is on storage. Nothing is decided anew: an interrupted sweep's
+        trials stay resumable."""
         where = _storage(trials)
         if not self._pending or where is None or self._controller is None:
             return
         if self._pending & self._saved:
-            if not _tune.save_experiment_state(self._controller, wait_for_ray=True):
+            if not _tune.save_experiment_state(self._controller):
                 return  # left on storage; DELETING lists them for Tuner.restore
         for path in sorted(self._pending):
             self._delete(where[0], path)
-        self._pending, self._pending_since = set(), None
+        self._pending = set()
 
     def _changed(self, *args: Any, **kwargs: Any) -> None:
         self._dirty = True
@@ -237,7 +247,7 @@ class SweepRetention(ray.tune.Callback):
         if not doomed and not self._pending:
             return []
         gone = set(doomed) | (self._pending - kept)
-        if sorted(gone) != self._written:  # not again while it waits
+        if sorted(gone) != self._written:  # not again while a failed upload waits
             self._write_decision(fs, root, sorted(gone))
             self._written = sorted(gone)
         changed = list({id(t): t for p in doomed for t in owners.get(p, ())}.values())
@@ -246,20 +256,13 @@ class SweepRetention(ray.tune.Callback):
         # Every trial that may run too: PBT's exploit changes its latest without
         # Tune writing its record again.
         _tune.records_changed(self._controller, [*changed, *running])
-        if gone & self._saved:  # a saved state names one: save this one first
-            before, self._saved = self._saved, set()
-            now = time.monotonic()
-            waited = self._pending_since is not None and (
-                now - self._pending_since >= DEFER_LIMIT_S
-            )
-            if not _tune.save_experiment_state(self._controller, wait_for_ray=waited):
-                self._saved |= before | gone  # the states on storage may name them
-                self._pending = gone  # deleted once a save succeeded
-                if self._pending_since is None:
-                    self._pending_since = now
-                self._dirty = True
-                return []
-        self._pending, self._pending_since = set(), None
+        # The state on storage may name one: this one goes up first (Ray's upload
+        # of the staging folder never carries it: none lands later).
+        if gone & self._saved and not self._saved_now():
+            self._pending = gone  # deleted once an upload succeeded
+            self._dirty = True
+            return []
+        self._pending = set()
         for path in sorted(gone):
             self._delete(fs, path)
             self._sizes.pop(path, None)
@@ -267,6 +270,21 @@ class SweepRetention(ray.tune.Callback):
             "Sweep retention deleted %d checkpoint(s): %s", len(gone), sorted(gone)
         )
         return sorted(gone)
+
+    def _saved_now(self) -> bool:
+        """Save and upload the experiment's state; after a failed upload, not
+        again before the backoff ended (a storage that is down is not asked at
+        every step of Tune's loop; Tune's own saves, every 10 s or so, upload
+        it meanwhile)."""
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        if _tune.save_experiment_state(self._controller):
+            self._backoff_s = 0.0
+            return True
+        self._backoff_s = min(max(2 * self._backoff_s, 1.0), 30.0)
+        self._retry_at = now + self._backoff_s
+        return False
 
     def _unrecorded(
         self, fs: Any, trials: list, recorded: set[str], all_ended: bool

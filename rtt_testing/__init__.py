@@ -26,6 +26,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any, Optional
@@ -282,7 +283,15 @@ class CountingFileSystem(_FileSystemHandler):
     maps an operation ("list", "info", "read", "write", ...) to its count;
     ``fail_listing`` makes every folder listing raise (a storage error);
     ``slow_writes``: ``(name, seconds)``, each write of a file named ``name``
-    takes that long first (a slow storage).
+    takes that long first (a slow storage); ``fail_writes``: ``(prefix, n,
+    then)``, once the file a write replaces holds ``then`` (any text), the next
+    ``n`` writes (in this process) of files whose name starts with ``prefix``
+    raise ``OSError`` (a storage failing for a while; ``failed_at``: when).
+    ``named_deletions``: each folder deleted through it that an experiment
+    state file on this storage (``experiment_state*.json`` of the folder two
+    levels up, read just before) names, which ``Tuner.restore`` would miss. ``events``: each write, slow write's
+    end and deletion, as ``(op, path, thread ident, time.monotonic())`` (op
+    ``"write"``, ``"slow write ended"``, ``"delete"``), in this process.
     """
 
     _instances: dict[str, CountingFileSystem] = {}
@@ -293,23 +302,31 @@ class CountingFileSystem(_FileSystemHandler):
         fail_listing: bool = False,
         key: Optional[str] = None,
         slow_writes: Optional[tuple[str, float]] = None,
+        fail_writes: Optional[tuple[str, int, str]] = None,
     ):
         self.fs = fs
         self.fail_listing = fail_listing
         self.slow_writes = slow_writes
+        self.fail_writes = fail_writes
+        self.failed_writes = 0
+        self.failed_at: list[float] = []
+        self.named_deletions: list[str] = []
         self.key = key or f"counting-{id(self)}"
         self.counts: collections.Counter = collections.Counter()
+        self.events: list[tuple[str, str, int, float]] = []
         CountingFileSystem._instances[self.key] = self
 
     def __reduce__(self):
         # Copies unpickled in this process count into the same instance.
         return (
             _counting_file_system,
-            (self.key, self.fs, self.fail_listing, self.slow_writes),
+            (self.key, self.fs, self.fail_listing, self.slow_writes, self.fail_writes),
         )
 
-    def _count(self, op: str) -> None:
+    def _count(self, op: str, path: Optional[str] = None) -> None:
         self.counts[op] += 1
+        if path is not None:
+            self.events.append((op, path, threading.get_ident(), time.monotonic()))
 
     def __eq__(self, other: Any) -> bool:
         return self is other
@@ -341,8 +358,30 @@ class CountingFileSystem(_FileSystemHandler):
         self.fs.create_dir(path, recursive=recursive)
 
     def delete_dir(self, path):
-        self._count("delete")
+        self._count("delete", path)
+        if self._named_by_state(path):
+            self.named_deletions.append(path)
         self.fs.delete_dir(path)
+
+    def _named_by_state(self, path: str) -> bool:
+        import pyarrow.fs
+
+        experiment = path.rstrip("/").rsplit("/", 2)[0]
+        try:
+            infos = self.fs.get_file_info(pyarrow.fs.FileSelector(experiment))
+        except (OSError, FileNotFoundError):
+            return False
+        for info in infos:
+            if info.base_name.startswith("experiment_state") and info.base_name.endswith(
+                ".json"
+            ):
+                # Tune saves each trial's checkpoint record cloudpickled, as hex.
+                name = path.rstrip("/")
+                if self._holds(info.path, name) or self._holds(
+                    info.path, name.encode().hex()
+                ):
+                    return True
+        return False
 
     def delete_dir_contents(self, path, missing_dir_ok=False):
         self._count("delete")
@@ -353,7 +392,7 @@ class CountingFileSystem(_FileSystemHandler):
         self.fs.delete_dir_contents("/", accept_root_dir=True)
 
     def delete_file(self, path):
-        self._count("delete")
+        self._count("delete", path)
         self.fs.delete_file(path)
 
     def move(self, src, dest):
@@ -373,22 +412,44 @@ class CountingFileSystem(_FileSystemHandler):
         return self.fs.open_input_file(path)
 
     def open_output_stream(self, path, metadata):
-        self._count("write")
+        self._count("write", path)
+        if self.fail_writes and path.rsplit("/", 1)[-1].startswith(self.fail_writes[0]):
+            prefix, n, then = self.fail_writes
+            if self.failed_writes < n and (self.failed_writes or self._holds(path, then)):
+                self.failed_writes += 1
+                self.failed_at.append(time.monotonic())
+                raise OSError(f"Service unavailable writing {path}")
         if self.slow_writes and path.rsplit("/", 1)[-1] == self.slow_writes[0]:
             time.sleep(self.slow_writes[1])  # a slow storage, not pacing a test
+            self.events.append(
+                ("slow write ended", path, threading.get_ident(), time.monotonic())
+            )
         return self.fs.open_output_stream(path, metadata=metadata)
+
+    def _holds(self, path: str, text: str) -> bool:
+        try:
+            with self.fs.open_input_stream(path) as f:
+                return text.encode() in f.read()
+        except (OSError, FileNotFoundError):
+            return False
 
     def open_append_stream(self, path, metadata):
         self._count("write")
         return self.fs.open_append_stream(path, metadata=metadata)
 
 
-def _counting_file_system(key, fs, fail_listing, slow_writes=None) -> CountingFileSystem:
+def _counting_file_system(
+    key, fs, fail_listing, slow_writes=None, fail_writes=None
+) -> CountingFileSystem:
     existing = CountingFileSystem._instances.get(key)
     if existing is not None:
         return existing
     return CountingFileSystem(
-        fs, fail_listing=fail_listing, key=key, slow_writes=slow_writes
+        fs,
+        fail_listing=fail_listing,
+        key=key,
+        slow_writes=slow_writes,
+        fail_writes=fail_writes,
     )
 
 

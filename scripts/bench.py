@@ -42,6 +42,9 @@ Sections (ratios are ray_tt_ext / upstream; lower is better unless noted):
   ``CheckpointConfig(sweep_num_to_keep=3)``; 3 alternating pairs of none and
   sweep (1 with --quick). Goals: a peak of at most (3 + 2 + 1) checkpoints,
   sweep / none <= 1.05 in time.
+* ``sweep_disk_s3``: the same on moto's S3 server (loopback), with the requests
+  each sweep made; 3 alternating pairs of none and sweep (1 with --quick),
+  per_trial once. The same goals.
 * ``lifetime``: object-store memory still in use after N Tuners in a row, each
   over a trainer with a large ``train_loop_config``, each deleted and
   garbage-collected before the next (4 x 300 MiB; 3 x 64 MiB with --quick),

@@ -462,8 +462,9 @@ class SavedStateNamesOnlyWhatExists(ray.tune.Callback):
     that lets ``Tuner.restore`` after a killed driver find what it resumes
     from. Raises ``AssertionError`` (the fit ends with it) naming what is gone.
     ``fs``: the storage's pyarrow filesystem (``root`` a path on it), else a
-    local folder. A state file Tune's upload is rewriting at that moment is
-    not read (a restore reads it with no writer). Not for trials with Tune's
+    local folder. The state file is never being written meanwhile: with the
+    sweep's retention only ray_tt_ext uploads it, in Tune's loop, where this
+    check runs too (a state it cannot read fails the check). Not for trials with Tune's
     own ``num_to_keep``: Tune deletes a trial's worst checkpoints when it
     registers a new one, and the saved state names them until its next save
     lands (Ray's behaviour, not the sweep's)."""
@@ -479,10 +480,7 @@ class SavedStateNamesOnlyWhatExists(ray.tune.Callback):
         listed = fs.get_file_info(pyarrow.fs.FileSelector(self.root, allow_not_found=True))
         if not [i for i in listed if i.base_name.startswith("experiment_state")]:
             return
-        try:
-            saved = ray.tune.ExperimentAnalysis(self.root, storage_filesystem=self.fs)
-        except ValueError:  # a JSON file being rewritten (JSONDecodeError)
-            return
+        saved = ray.tune.ExperimentAnalysis(self.root, storage_filesystem=self.fs)
         named = set()
         for t in saved.trials:
             manager = t.run_metadata.checkpoint_manager

@@ -7,12 +7,14 @@ from __future__ import annotations
 import json
 import logging
 import os
+import posixpath
 import re
 import shutil
 import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -435,27 +437,15 @@ def _unfinished_latest(root: Path) -> list[str]:
     return [t.checkpoint.path for t in trials if t.status != "TERMINATED" and t.checkpoint]
 
 
-def test_deletions_waiting_for_a_slow_upload_are_done_before_fit_returns(
-    ray_start_4_cpus, storage_path, monkeypatch, caplog
-):
-    """On a slow storage (each trial's ``progress.csv`` takes 1.5 s to write, so
-    Tune's own upload of the experiment folder, every half second, is running
-    at almost every step), deletions wait for Tune's upload instead of
-    stopping Tune's loop; those still waiting when the sweep ends are done
-    before ``fit()`` returns, and no saved state names a deleted checkpoint
-    meanwhile."""
+def _three_trials_on(handler, root: str) -> Tuner:
+    """A sweep of 3 trials, 2 at a time, keeping 2, with its storage at ``root``
+    through ``handler`` (a pyarrow ``FileSystemHandler`` over the local disk),
+    its saved state checked at each result."""
     import pyarrow.fs
 
-    from rtt_testing import CountingFileSystem
-
-    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0.5")
-    slow = CountingFileSystem(
-        pyarrow.fs.LocalFileSystem(), slow_writes=("progress.csv", 1.5)
-    )
-    fs = pyarrow.fs.PyFileSystem(slow)
-    name = "slow"
-    root = os.path.join(storage_path, name)
-    tuner = Tuner(
+    fs = pyarrow.fs.PyFileSystem(handler)
+    storage_path, name = os.path.split(root)
+    return Tuner(
         sweep_loop,
         param_space={"x": ray.tune.grid_search([1, 2, 3]), "steps": STEPS, "root": root},
         tune_config=ray.tune.TuneConfig(
@@ -470,10 +460,93 @@ def test_deletions_waiting_for_a_slow_upload_are_done_before_fit_returns(
             callbacks=[SavedStateNamesOnlyWhatExists(root, fs)],
         ),
     )
-    with caplog.at_level(logging.DEBUG, logger="ray_tt_ext"):
+
+
+def test_on_a_slow_storage_deletions_never_wait_for_tunes_upload(
+    ray_start_4_cpus, storage_path, monkeypatch
+):
+    """On a slow storage (each trial's ``progress.csv`` takes 1.5 s to write, so
+    Tune's own upload of the experiment folder, every half second, is running
+    at almost every step), the experiment's state never goes up in Tune's
+    upload, only in the sweep's own, in Tune's loop: deletions go on while
+    Tune's upload runs, the folder holds no more checkpoints than on a fast
+    storage, and no state on storage names a deleted checkpoint."""
+    import pyarrow.fs
+
+    from rtt_testing import CountingFileSystem
+
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0.5")
+    slow = CountingFileSystem(
+        pyarrow.fs.LocalFileSystem(), slow_writes=("progress.csv", 1.5)
+    )
+    root = os.path.join(storage_path, "slow")
+    tuner = _three_trials_on(slow, root)
+    grid = tuner.fit()
+    assert _kept(grid) == {1: [], 2: [], 3: ["checkpoint_000003", "checkpoint_000004"]}
+    assert len(checkpoint_folders(root)) == 2, checkpoint_folders(root)
+    # As on a fast storage: the 2 best, each running trial's latest, and one
+    # written and not decided on yet.
+    peak = max(max(r.metrics_dataframe["on_disk"]) for r in grid)
+    assert peak <= 2 + 2 + 1, peak
+    # Deletions while Tune's upload was writing a progress.csv.
+    started = {}
+    uploading = []
+    for op, path, thread, at in slow.events:
+        if op == "write" and path.endswith("/progress.csv"):
+            started[path, thread] = at
+        elif op == "slow write ended":
+            uploading.append((started.pop((path, thread)), at))
+    deleted = [at for op, _, _, at in slow.events if op == "delete"]
+    assert uploading and deleted, (uploading, deleted)
+    assert [d for d in deleted if any(a < d < b for a, b in uploading)], (
+        "no deletion while Tune's upload ran: the case is not there, or they waited"
+    )
+    assert not slow.named_deletions, slow.named_deletions
+    # Every upload of the experiment's state (the files of the experiment
+    # folder's top level) was ray_tt_ext's, in Tune's loop (this thread): none
+    # in Tune's upload, in a thread of its own.
+    state_writes = {
+        (posixpath.basename(path), thread)
+        for op, path, thread, _ in slow.events
+        if op == "write" and posixpath.dirname(path) == root
+    }
+    assert "experiment_state" in str(state_writes), state_writes
+    assert {thread for _, thread in state_writes} == {threading.get_ident()}, state_writes
+
+
+def test_while_the_state_cannot_be_uploaded_nothing_it_names_is_deleted(
+    ray_start_4_cpus, storage_path, monkeypatch, caplog
+):
+    """Once the experiment's state on storage names a trial's second checkpoint,
+    the storage refuses the next 2 uploads of the state (a storage failing for
+    a while): one warning when they start failing and one when an upload
+    succeeds again, no checkpoint the state on storage names is deleted
+    meanwhile (those deletions wait for an upload that succeeds), and the
+    sweep ends keeping what it keeps on a storage that never failed."""
+    import pyarrow.fs
+
+    from rtt_testing import CountingFileSystem
+
+    monkeypatch.setenv("TUNE_GLOBAL_CHECKPOINT_S", "0.5")
+    failing = CountingFileSystem(
+        pyarrow.fs.LocalFileSystem(),
+        fail_writes=("experiment_state", 2, "checkpoint_000001"),
+    )
+    root = os.path.join(storage_path, "failing")
+    tuner = _three_trials_on(failing, root)
+    with caplog.at_level(logging.WARNING, logger="ray_tt_ext"):
         grid = tuner.fit()
-    waits = [r for r in caplog.records if "is running: not now" in r.getMessage()]
-    assert waits, "no deletion waited for Tune's upload: the case is not there"
+    said = [r.message for r in caplog.records if "experiment's state" in r.message]
+    assert failing.failed_writes == 2
+    assert len(said) == 2, said
+    assert "Uploading the experiment's state failed (OSError" in said[0], said
+    assert "Service unavailable" in said[0], said
+    assert "again, after 2 failed upload(s)" in said[1], said
+    # No deletion of a checkpoint the state on storage named (the deletions that
+    # needed an upload waited for one), and deletions went on after.
+    assert not failing.named_deletions, failing.named_deletions
+    deleted = [at for op, _, _, at in failing.events if op == "delete"]
+    assert [at for at in deleted if at > failing.failed_at[-1]]
     assert _kept(grid) == {1: [], 2: [], 3: ["checkpoint_000003", "checkpoint_000004"]}
     assert len(checkpoint_folders(root)) == 2, checkpoint_folders(root)
 

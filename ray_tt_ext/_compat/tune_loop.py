@@ -28,6 +28,8 @@ from ray.tune.execution.cluster_info import _is_ray_cluster
 from ray.tune.execution.tune_controller import TuneController as _RayTuneController
 from ray.tune.experiment import Trial as _Trial
 
+from ray_tt_ext._compat import tune_checkpoints as _tune
+
 logger = logging.getLogger("ray_tt_ext")
 
 # -- Tune's placement groups: none removed while it is being created (driver) -------
@@ -364,7 +366,8 @@ class _TuneController(_RayTuneController):
         :func:`check_data_cpus` let the fit run); a callback with
         ``attach_controller`` (``ray_tt_ext._sweep.SweepRetention``) is given this
         controller, to save the experiment's state through, and hears of each save
-        (:meth:`save_to_dir`)."""
+        (:meth:`save_to_dir`), which uploads the experiment's state once the
+        callback took its upload (``_compat.tune_checkpoints.take_state_upload``)."""
         fixed = _FIXED.get()
         if fixed and kwargs.get("resource_manager_factory") is None:
             data = _DATA_CPUS.get()
@@ -388,18 +391,38 @@ class _TuneController(_RayTuneController):
     def __getstate__(self) -> dict:
         """Extends Ray's ``TuneController.__getstate__`` (what the experiment's state
         saves of the controller; Tune's loop): without the callbacks it tells of
-        each save, which hold this controller."""
+        each save, which hold this controller, nor the state of the uploads of
+        the experiment's state."""
         state = super().__getstate__()
-        state.pop("_rtt_state_listeners", None)
+        for name in ("_rtt_state_listeners", "_rtt_state_on_storage", *_tune.STATE_KEYS):
+            state.pop(name, None)
         return state
 
     def save_to_dir(self) -> None:
         """Extends Ray's ``TuneController.save_to_dir`` (Tune's loop: driver, or the Ray
-        Client Tuner actor): a callback given this controller (the sweep's
-        retention) is told what each save of the experiment's state names."""
+        Client Tuner actor): once a callback given this controller (the sweep's
+        retention) took the upload of the experiment's state
+        (``_compat.tune_checkpoints.take_state_upload``: Ray's upload of the
+        staging folder leaves it out), the saved state is uploaded now
+        (``upload_experiment_state``), and the callback is told what it names
+        and whether it reached storage. The records of the trials that may run
+        are written again at each such save (Ray keeps a trial's JSON from its
+        last change it heard of; PBT's exploit changes a trial's latest
+        checkpoint without telling): what the callback is told is what the
+        saved state names."""
+        self._rtt_state_on_storage = False
+        listeners = getattr(self, "_rtt_state_listeners", ())
+        taken = bool(listeners) and hasattr(self, _tune.STATE_TAKEN)
+        if taken:
+            _tune.records_changed(
+                self, [t for t in self._trials if t.status in _tune.MAY_RUN]
+            )
         super().save_to_dir()
-        for callback in getattr(self, "_rtt_state_listeners", ()):
-            callback.experiment_state_saved(self._trials)
+        if not taken:
+            return
+        self._rtt_state_on_storage = _tune.upload_experiment_state(self)
+        for callback in listeners:
+            callback.experiment_state_saved(self._trials, self._rtt_state_on_storage)
 
     def _schedule_trial_pause(self, trial: Any, should_checkpoint: bool = True) -> None:
         """Extends Ray's ``TuneController._schedule_trial_pause``; runs in Tune's

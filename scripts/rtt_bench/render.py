@@ -413,13 +413,18 @@ def render(sections: dict[str, Any]) -> str:
                 f"The sweeps of `sweep_disk` ({data['trials']} trials x "
                 f"{data['checkpoints_per_trial']} checkpoints x {mib:g} MiB, "
                 f"{data['at_once']} at a time) with their storage on moto's S3 server on "
-                "loopback, one of each flavour; the requests are every HTTP request "
+                f"loopback: none and sweep in {data.get('pairs', 1)} alternating pair(s) "
+                "(fit(): the median; peak and final: the largest; requests: the median "
+                "of each kind), per_trial once; the requests are every HTTP request "
                 "moto served during the fit (the trials' uploads and the driver's), "
                 "read from its request log; the peak is sampled every 0.1 s by a "
                 "listing of its own, not counted. Peak goal "
                 f"({data['goal_peak_bytes'] / 2**20:g} MiB): "
                 f"**{'met' if data['peak_goal_met'] else 'not met'}**; sweep / none "
-                f"fit(): {data['ratio']:.3f} (one pair).",
+                f"fit(): {data['ratio']:.3f} (pairs: "
+                + ", ".join(f"{r:.3f}" for r in data.get("pair_ratios", [data["ratio"]]))
+                + "; goal <= 1.05: "
+                + f"**{'met' if data['ratio'] <= 1.05 else 'not met'}**).",
                 "",
                 "| flavour | fit() | peak | final | requests | uploads | listings "
                 "| HEAD | downloads | deletions |",
