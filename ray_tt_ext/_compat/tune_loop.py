@@ -406,16 +406,22 @@ class _TuneController(_RayTuneController):
         staging folder leaves it out), the saved state is uploaded now
         (``upload_experiment_state``), and the callback is told what it names
         and whether it reached storage. The records of the trials that may run
-        are written again at each such save (Ray keeps a trial's JSON from its
+        and have a checkpoint are written again at each such save (Ray keeps a
+        trial's JSON from its
         last change it heard of; PBT's exploit changes a trial's latest
         checkpoint without telling): what the callback is told is what the
         saved state names."""
         self._rtt_state_on_storage = False
         listeners = getattr(self, "_rtt_state_listeners", ())
         taken = bool(listeners) and hasattr(self, _tune.STATE_TAKEN)
-        if taken:
+        if taken:  # those with a checkpoint: a trial not started yet has none
             _tune.records_changed(
-                self, [t for t in self._trials if t.status in _tune.MAY_RUN]
+                self,
+                [
+                    t
+                    for t in self._trials
+                    if t.status in _tune.MAY_RUN and _tune.trial_checkpoints(t)
+                ],
             )
         super().save_to_dir()
         if not taken:
