@@ -171,6 +171,8 @@ class SweepRetention(ray.tune.Callback):
         ended) or may be."""
         named = {c.path for t in trials for c in _tune.trial_checkpoints(t)}
         self._saved = named if on_storage else self._saved | named
+        if on_storage:  # the storage is back: no backoff for the next upload
+            self._retry_at, self._backoff_s = 0.0, 0.0
 
     def on_step_begin(self, iteration: int, trials: list, **info: Any) -> None:
         if not self._recovered:
@@ -247,7 +249,7 @@ class SweepRetention(ray.tune.Callback):
         if not doomed and not self._pending:
             return []
         gone = set(doomed) | (self._pending - kept)
-        if sorted(gone) != self._written:  # not again while a failed upload waits
+        if sorted(gone) != self._written:  # again only when what it deletes changed
             self._write_decision(fs, root, sorted(gone))
             self._written = sorted(gone)
         changed = list({id(t): t for p in doomed for t in owners.get(p, ())}.values())

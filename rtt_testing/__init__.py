@@ -359,11 +359,13 @@ class CountingFileSystem(_FileSystemHandler):
 
     def delete_dir(self, path):
         self._count("delete", path)
-        if self._named_by_state(path):
+        if self.named_by_state(path):
             self.named_deletions.append(path)
         self.fs.delete_dir(path)
 
-    def _named_by_state(self, path: str) -> bool:
+    def named_by_state(self, path: str) -> bool:
+        """Whether an ``experiment_state*.json`` of the experiment folder two
+        levels above ``path`` (a checkpoint folder) names it."""
         import pyarrow.fs
 
         experiment = path.rstrip("/").rsplit("/", 2)[0]

@@ -462,6 +462,13 @@ def _three_trials_on(handler, root: str) -> Tuner:
     )
 
 
+def _named_deletions_are_seen(handler, grid) -> None:
+    """The check behind ``CountingFileSystem.named_deletions`` sees what the state
+    on storage names: the best checkpoint, which it names at the end."""
+    best = grid.get_best_result().checkpoint.path
+    assert handler.named_by_state(best), best
+
+
 def test_on_a_slow_storage_deletions_never_wait_for_tunes_upload(
     ray_start_4_cpus, storage_path, monkeypatch
 ):
@@ -502,13 +509,16 @@ def test_on_a_slow_storage_deletions_never_wait_for_tunes_upload(
         "no deletion while Tune's upload ran: the case is not there, or they waited"
     )
     assert not slow.named_deletions, slow.named_deletions
+    _named_deletions_are_seen(slow, grid)
     # Every upload of the experiment's state (the files of the experiment
-    # folder's top level) was ray_tt_ext's, in Tune's loop (this thread): none
-    # in Tune's upload, in a thread of its own.
+    # folder's top level; not Ray's temporary ones, dot files) was ray_tt_ext's,
+    # in Tune's loop (this thread): none in Tune's upload, in a thread of its own.
     state_writes = {
         (posixpath.basename(path), thread)
         for op, path, thread, _ in slow.events
-        if op == "write" and posixpath.dirname(path) == root
+        if op == "write"
+        and posixpath.dirname(path) == root
+        and not posixpath.basename(path).startswith(".")
     }
     assert "experiment_state" in str(state_writes), state_writes
     assert {thread for _, thread in state_writes} == {threading.get_ident()}, state_writes
@@ -545,6 +555,7 @@ def test_while_the_state_cannot_be_uploaded_nothing_it_names_is_deleted(
     # No deletion of a checkpoint the state on storage named (the deletions that
     # needed an upload waited for one), and deletions went on after.
     assert not failing.named_deletions, failing.named_deletions
+    _named_deletions_are_seen(failing, grid)
     deleted = [at for op, _, _, at in failing.events if op == "delete"]
     assert [at for at in deleted if at > failing.failed_at[-1]]
     assert _kept(grid) == {1: [], 2: [], 3: ["checkpoint_000003", "checkpoint_000004"]}
