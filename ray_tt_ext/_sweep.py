@@ -282,8 +282,7 @@ class SweepRetention(ray.tune.Callback):
         if now < self._retry_at:
             return False
         if _tune.save_experiment_state(self._controller):
-            self._backoff_s = 0.0
-            return True
+            return True  # experiment_state_saved ended the backoff
         self._backoff_s = min(max(2 * self._backoff_s, 1.0), 30.0)
         self._retry_at = now + self._backoff_s
         return False

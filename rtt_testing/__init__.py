@@ -379,9 +379,7 @@ class CountingFileSystem(_FileSystemHandler):
             ):
                 # Tune saves each trial's checkpoint record cloudpickled, as hex.
                 name = path.rstrip("/")
-                if self._holds(info.path, name) or self._holds(
-                    info.path, name.encode().hex()
-                ):
+                if self._holds(info.path, name, name.encode().hex()):
                     return True
         return False
 
@@ -428,12 +426,14 @@ class CountingFileSystem(_FileSystemHandler):
             )
         return self.fs.open_output_stream(path, metadata=metadata)
 
-    def _holds(self, path: str, text: str) -> bool:
+    def _holds(self, path: str, *texts: str) -> bool:
+        """Whether the file at ``path`` holds any of ``texts`` (one read)."""
         try:
             with self.fs.open_input_stream(path) as f:
-                return text.encode() in f.read()
+                data = f.read()
         except (OSError, FileNotFoundError):
             return False
+        return any(text.encode() in data for text in texts)
 
     def open_append_stream(self, path, metadata):
         self._count("write")

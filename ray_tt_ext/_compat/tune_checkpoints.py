@@ -217,11 +217,12 @@ def take_state_upload(controller: Any, left_out: tuple = ()) -> None:
     storage is Ray's."""
     manager = controller._checkpoint_manager
     storage = copy.copy(manager._storage)
-    suffix = "-" + controller.experiment_state_file_name.split("-", 1)[-1]
+    # experiment_state-<session>.json: Ray's files of a save end in -<session>.
+    stem = os.path.splitext(controller.experiment_state_file_name)[0]
     storage.syncer = RayUploadWithoutState(
         storage.syncer,
         storage.experiment_driver_staging_path,
-        suffix[: -len(".json")] if suffix.endswith(".json") else suffix,
+        "-" + stem.split("-", 1)[-1],
         tuple(left_out),
     )
     manager._storage = storage
