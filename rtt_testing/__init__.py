@@ -18,6 +18,7 @@ and ``scripts/`` put the repository root on ``sys.path`` (and on Ray workers'
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import shutil
@@ -455,24 +456,61 @@ def _counting_file_system(
     )
 
 
-def connect_client(address: str, attempts: int = 3):
-    """``ray.init(address)`` for ``ray://``, retrying only Ray Client's server start.
+#: The machine-wide lock :func:`connect_client` holds while it connects.
+CLIENT_CONNECT_LOCK = "/tmp/rtt_ray_client_connect.lock"
 
-    Ray's client proxier sometimes loses the per-connection server it just
-    forked when the machine is busy: "Starting Ray client server failed", or
-    (Ray 2.40) "Initialization failure from server" with psutil's
-    ``ZombieProcess`` for it; a new connection gets a new server. Any other
-    error, or the same one ``attempts`` times, is raised.
+
+@contextlib.contextmanager
+def client_connect_lock():
+    """Hold :data:`CLIENT_CONNECT_LOCK` (``flock``) for one Ray Client connection.
+
+    Every Ray Client proxier on a machine, whatever its cluster, picks the port
+    of the server it starts per connection from the same range (23000 to
+    24000, ``ray.util.client.server.proxier``): it checks that the port is free,
+    then starts a process that binds it seconds later, with gRPC's
+    ``SO_REUSEPORT``. Two clusters connecting in that window (the two pytest
+    sessions of ``scripts/test`` end with their Ray Client modules, and CI runs
+    release smokes side by side) both bind 23000, and the kernel then splits
+    connections between the two servers: a client's session runs in the other
+    cluster, and fails when that cluster's test disconnects ("Attempted to
+    reconnect a session that has already been cleaned up"). ``ray.init`` of a
+    ``ray://`` address returns once the proxier's server answers, so holding
+    this lock until then orders one cluster's check-then-bind before another's.
+    """
+    import fcntl
+
+    with open(CLIENT_CONNECT_LOCK, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def connect_client(address: str, attempts: int = 3):
+    """``ray.init(address)`` for ``ray://``, under :func:`client_connect_lock`.
+
+    Retries only one error, and says so on stderr: Ray's client proxier losing
+    the per-connection server it just forked on a busy machine ("Starting Ray
+    client server failed", or, on Ray 2.40, "Initialization failure from
+    server" with psutil's ``ZombieProcess`` for it); a new connection gets a new
+    server. Any other error, or the same one ``attempts`` times, is raised.
     """
     import ray
 
     lost_server = ("Starting Ray client server failed", "ZombieProcess")
     for attempt in range(1, attempts + 1):
         try:
-            return ray.init(address)
+            with client_connect_lock():
+                return ray.init(address)
         except ConnectionAbortedError as e:
             if not any(s in str(e) for s in lost_server) or attempt == attempts:
                 raise
+            print(
+                f"connect_client: Ray Client lost its server ({e}); connecting again",
+                file=sys.stderr,
+                flush=True,
+            )
             time.sleep(2.0 * attempt)
     raise AssertionError("unreachable")
 

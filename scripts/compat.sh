@@ -7,10 +7,10 @@
 #                                                      compat tier (-m compat_tier: the
 #                                                      V2 bridge's core; CI runs it on
 #                                                      the oldest Train V2 release)
-# Runs the whole regression suite (scripts/pytest_sessions.py: tests/ for Train V1
-# and tests/v2 for Train V2, side by side; the `large` runs over the 512 MiB gRPC limit
-# included: they are ray-project/ray#43234's canary); pytest args (-k, -m,
-# --basetemp=...) go to both.
+# Runs the whole regression suite, the `extended` tests included (scripts/pytest_sessions.py
+# --all: tests/ for Train V1 and tests/v2 for Train V2, side by side; the `large` runs
+# over the 512 MiB gRPC limit included: they are ray-project/ray#43234's canary);
+# pytest args (-k, -m, --basetemp=...) go to both.
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
 # Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Prints one
 # verdict line last; exit 0 on PASS.
@@ -74,7 +74,7 @@ if [ "$tier" -eq 1 ]; then
   echo "ray $version: $([ "$status" -eq 0 ] && echo PASS || echo FAIL) (compat tier: $summary)"
   exit "$status"
 fi
-"$venv/bin/python" scripts/pytest_sessions.py -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
+"$venv/bin/python" scripts/pytest_sessions.py --all -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
 status=${PIPESTATUS[0]}
 summary="$(grep -E '^== both sessions: ' "$venv.pytest.log" | tail -1 | sed 's/^== both sessions: //;s/ ==$//')"
 if [ "$status" -eq 0 ]; then

@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Run the regression suite: tests/ (Train V1) and tests/v2 (Train V2).
 
-    python scripts/pytest_sessions.py [--quick] [--one-after-the-other] [pytest args...]
+    python scripts/pytest_sessions.py [--all | --quick] [--one-after-the-other] [pytest args...]
+
+The CI tier by default: every test but those marked ``extended`` (the second
+and later variants of a scenario whose guarantees a test of the CI tier also
+asserts; docs/testing.md, "Tiers and markers"). ``--all`` runs them too, as
+``scripts/compat.sh`` and so every row of ``scripts/matrix.sh`` do.
 
 Ray reads ``RAY_TRAIN_V2_ENABLED`` once per process, so the two cannot share
 a pytest session: ``tests/`` runs with the V1 integration (which turns V1 on),
@@ -130,10 +135,9 @@ class Session:
         self._log.close()
         sys.stdout.flush()
 
-    def result(self, status: int) -> tuple[int, dict[str, int]]:
-        if status == NO_TESTS_COLLECTED and not any(
-            a[:2] in ("-k", "-m") for a in self.args
-        ):
+    def result(self, status: int, filtered: bool) -> tuple[int, dict[str, int]]:
+        """The exit status and the counts; ``filtered``: the caller gave -k/-m."""
+        if status == NO_TESTS_COLLECTED and not filtered:
             print(f"=== {self.label}: no tests collected without a -k/-m filter: broken")
             status = 1
         counts: dict[str, int] = {}
@@ -249,9 +253,25 @@ def _quick(args: list[str]) -> list[str]:
     return args + ["-m", "quick"]
 
 
+def _ci_tier(args: list[str]) -> list[str]:
+    """Leave out the ``extended`` tests (the CI tier), unless ``--all`` is given
+    or a ``-m`` names the marker."""
+    if "--all" in args:
+        return [a for a in args if a != "--all"]
+    if "-m" in args[:-1]:  # pytest keeps only the last -m: combine them
+        i = args.index("-m")
+        if "extended" not in args[i + 1]:
+            args = list(args)
+            args[i + 1] = f"not extended and ({args[i + 1]})"
+        return args
+    return args + ["-m", "not extended"]
+
+
 def main(args: list[str]) -> int:
     if "--quick" in args:  # the quick tier: unit and single-fit tests
         args = _quick(args)
+    filtered = any(a[:2] in ("-k", "-m") for a in args)
+    args = _ci_tier(args)
     side_by_side = "--one-after-the-other" not in args
     args = [a for a in args if a != "--one-after-the-other"]
     v1_env = dict(os.environ)
@@ -292,8 +312,8 @@ def main(args: list[str]) -> int:
                 session.print_output()
         print("=== interrupted", flush=True)
         return 130
-    status_v1, counts_v1 = v1.result(status_v1)
-    status_v2, counts_v2 = v2.result(status_v2)
+    status_v1, counts_v1 = v1.result(status_v1, filtered)
+    status_v2, counts_v2 = v2.result(status_v2, filtered)
     order = ["failed", "errors", "passed", "skipped", "xfailed", "xpassed", "deselected"]
 
     def fmt(counts: dict[str, int]) -> str:

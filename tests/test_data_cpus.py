@@ -32,6 +32,7 @@ def _trainer(
     )
 
 
+@pytest.mark.extended
 @pytest.mark.usefixtures("ray_start_4_cpus")
 @pytest.mark.parametrize("workers, trials, at_once", [(1, 3, 2)], ids=["1_worker"])
 def test_trials_over_datasets_run_as_many_as_leave_their_pipelines_cpus_and_finish(

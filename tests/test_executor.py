@@ -45,6 +45,12 @@ from rtt_testing import assert_every_cpu_free
 
 pytestmark = pytest.mark.timeout(180)
 
+#: ``remote``: ray_tt_ext's trainer with Ray's executor (False, the ``extended``
+#: tier: the coordinator's shutdown and error paths it shares with the remote
+#: executor run in CI through the True case and ``order_local``) or with the
+#: remote executor (True).
+RAY_EXECUTOR_EXTENDED = [pytest.param(False, marks=pytest.mark.extended), True]
+
 
 def _run(
     storage_path,
@@ -207,7 +213,9 @@ def test_hosted_executor_keeps_rays_contract_in_process(ray_start_4_cpus, storag
 
 
 @pytest.mark.parametrize(
-    "step_s", [3.0, 120.0], ids=["step_ends_within_patience", "step_outlasts_patience"]
+    "step_s",
+    [3.0, pytest.param(120.0, marks=pytest.mark.extended)],
+    ids=["step_ends_within_patience", "step_outlasts_patience"],
 )
 def test_graceful_shutdown_mid_step_runs_cleanup_and_writes_nothing(
     ray_start_4_cpus, storage_path, step_s
@@ -372,6 +380,7 @@ def test_every_worker_checkpointing_is_one_checkpoint(report_runs):
     ]
 
 
+@pytest.mark.extended
 def test_worker_death_with_retries_restarts_from_checkpoint(
     ray_start_4_cpus, storage_path, tmp_path
 ):
@@ -415,7 +424,7 @@ def test_a_worker_dying_right_after_its_report_returned_loses_no_report(
     _assert_nothing_leaked()
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+@pytest.mark.parametrize("remote", RAY_EXECUTOR_EXTENDED, ids=["ray_executor", "remote"])
 def test_a_workers_report_does_not_wait_for_the_other_workers_reports(
     ray_start_4_cpus, storage_path, tmp_path, remote
 ):
@@ -435,7 +444,7 @@ def test_a_workers_report_does_not_wait_for_the_other_workers_reports(
     assert result.metrics["step"] == 2
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+@pytest.mark.parametrize("remote", RAY_EXECUTOR_EXTENDED, ids=["ray_executor", "remote"])
 @pytest.mark.parametrize("raise_at", ["start", "end"])
 def test_users_error_reaches_the_result_with_its_type_and_message(
     ray_start_4_cpus, storage_path, remote, raise_at
@@ -463,7 +472,7 @@ def test_users_error_reaches_the_result_with_its_type_and_message(
     _assert_nothing_leaked()
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["ray_executor", "remote"])
+@pytest.mark.parametrize("remote", RAY_EXECUTOR_EXTENDED, ids=["ray_executor", "remote"])
 def test_worker_death_without_retries_names_the_worker(
     ray_start_4_cpus, storage_path, tmp_path, remote
 ):
@@ -515,7 +524,7 @@ def kill_executor_loop(config):
         _report_step(step, with_checkpoint=rank == 0)
 
 
-@pytest.mark.parametrize("max_failures", [0, 1])
+@pytest.mark.parametrize("max_failures", [0, pytest.param(1, marks=pytest.mark.extended)])
 def test_executor_actor_killed_mid_run(
     ray_start_4_cpus, storage_path, tmp_path, max_failures
 ):
@@ -536,7 +545,9 @@ def test_executor_actor_killed_mid_run(
     _assert_nothing_leaked()
 
 
-@pytest.mark.parametrize("remote", [False, True], ids=["rays_executor", "remote_executor"])
+@pytest.mark.parametrize(
+    "remote", RAY_EXECUTOR_EXTENDED, ids=["rays_executor", "remote_executor"]
+)
 def test_a_run_stopped_by_tune_mid_step_cleans_up_like_rays_executor(
     ray_start_4_cpus, storage_path, remote
 ):
@@ -801,6 +812,7 @@ def test_a_shared_host_ends_the_session_of_a_coordinator_that_dies(
     assert_every_cpu_free()  # each executor's own placement group went with it
 
 
+@pytest.mark.extended
 def test_two_tuners_in_two_threads_each_have_their_hosts(ray_start_4_cpus, storage_path):
     import threading
 

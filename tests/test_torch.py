@@ -119,6 +119,7 @@ def _process_exists(pid: int) -> bool:
     return True
 
 
+@pytest.mark.extended
 def test_ddp_over_gloo_through_the_tuner_with_either_executor(
     ray_start_4_cpus, storage_path
 ):

@@ -42,6 +42,7 @@ def run_script(
     )
 
 
+@pytest.mark.extended
 def test_first_name_sets_v1_when_unset_and_a_new_users_script_just_works(tmp_path):
     proc = run_script(
         f"""

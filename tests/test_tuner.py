@@ -218,6 +218,7 @@ def test_large_config_goes_to_object_store_once_per_tuner(
         assert set(result.config["train_loop_config"]) == {"lr"}
 
 
+@pytest.mark.extended
 @pytest.mark.large
 def test_object_store_returns_to_where_it_was_after_each_tuner(spy_key, storage_path):
     import gc

@@ -211,7 +211,11 @@ def test_on_s3_nothing_is_lost_and_a_partial_folder_is_moved_aside(s3_server, tm
         check_nothing_lost(case, result, str(tmp_path), fs)
 
 
-@pytest.mark.parametrize("scored", [False, True], ids=["in_order", "by_score"])
+@pytest.mark.parametrize(
+    "scored",
+    [pytest.param(False, marks=pytest.mark.extended), True],
+    ids=["in_order", "by_score"],
+)
 def test_restore_after_the_driver_is_killed_resumes_from_the_last_report(
     storage_path, tmp_path, scored
 ):

@@ -181,7 +181,7 @@ def test_workers_are_kept_only_with_reuse_actors_and_can_be_turned_off(monkeypat
         assert keeps(True) is False
 
 
-@pytest.mark.parametrize("workers", [1, 2])
+@pytest.mark.parametrize("workers", [pytest.param(1, marks=pytest.mark.extended), 2])
 def test_a_kept_torch_worker_group_keeps_its_process_group_while_it_stays_valid(
     storage_path, workers
 ):

@@ -127,7 +127,10 @@ def test_a_param_space_key_that_is_not_a_trainer_argument_is_an_error(storage_pa
 
 @pytest.mark.parametrize(
     "reuse_actors",
-    [pytest.param(False, marks=pytest.mark.compat_tier), True],
+    [
+        pytest.param(False, marks=pytest.mark.compat_tier),
+        pytest.param(True, marks=pytest.mark.extended),
+    ],
     ids=["new_actors", "reuse_actors"],
 )
 def test_trials_reserve_their_worker_group_and_give_it_back(
@@ -198,7 +201,11 @@ def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path, m
     assert result.metrics["step"] == 0 and result.metrics["training_iteration"] == 1
 
 
-@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
+@pytest.mark.parametrize(
+    "reuse_actors",
+    [False, pytest.param(True, marks=pytest.mark.extended)],
+    ids=["new_actors", "reuse_actors"],
+)
 def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
     storage_path, tmp_path, reuse_actors
 ):
@@ -272,7 +279,11 @@ def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
         assert free_again == "DataParallelTrainer"
 
 
-@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
+@pytest.mark.parametrize(
+    "reuse_actors",
+    [pytest.param(False, marks=pytest.mark.extended), True],
+    ids=["new_actors", "reuse_actors"],
+)
 def test_pbt_moves_a_checkpoint_and_the_receiving_run_continues_from_it(
     storage_path, reuse_actors
 ):

@@ -206,6 +206,7 @@ def test_cli_measures_a_v2_trainer_by_what_it_sends(tmp_path):
     assert "DataParallelTrainer['train_loop_config']['weights']" in proc.stdout
 
 
+@pytest.mark.extended
 def test_rays_tune_and_train_v2_pattern_runs_under_the_v2_tuner(storage_path):
     tuner = v2.Tuner(
         tune_fn,
@@ -485,6 +486,7 @@ def test_run_folder_rules_without_a_run(tmp_path):
     assert failing.counts["list"] == 1
 
 
+@pytest.mark.extended
 def test_names_on_s3_move_a_folder_nobody_recorded_aside(s3_server):
     import pyarrow.fs
 
