@@ -469,22 +469,29 @@ def client_connect_lock():
     24000, ``ray.util.client.server.proxier``): it checks that the port is free,
     then starts a process that binds it seconds later, with gRPC's
     ``SO_REUSEPORT``. Two clusters connecting in that window (the two pytest
-    sessions of ``scripts/test`` end with their Ray Client modules, and CI runs
-    release smokes side by side) both bind 23000, and the kernel then splits
-    connections between the two servers: a client's session runs in the other
-    cluster, and fails when that cluster's test disconnects ("Attempted to
-    reconnect a session that has already been cleaned up"). ``ray.init`` of a
-    ``ray://`` address returns once the proxier's server answers, so holding
-    this lock until then orders one cluster's check-then-bind before another's.
+    sessions of ``scripts/test`` end with their Ray Client modules) both bind
+    23000, and the kernel then splits connections between the two servers: a
+    client's session runs in the other cluster, and fails when that cluster's
+    test disconnects ("Attempted to reconnect a session that has already been
+    cleaned up"). ``ray.init`` of a ``ray://`` address returns once the
+    proxier's server answers, so holding this lock until then orders one
+    cluster's check-then-bind before another's.
+    A lock file this user cannot open (another user's) means no lock.
     """
     import fcntl
 
-    with open(CLIENT_CONNECT_LOCK, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+    try:
+        fd = os.open(CLIENT_CONNECT_LOCK, os.O_RDONLY | os.O_CREAT, 0o666)
+    except PermissionError:
+        fd = None
+    if fd is None:
+        yield
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 def connect_client(address: str, attempts: int = 3):

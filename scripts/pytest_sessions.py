@@ -135,11 +135,19 @@ class Session:
         self._log.close()
         sys.stdout.flush()
 
-    def result(self, status: int, filtered: bool) -> tuple[int, dict[str, int]]:
-        """The exit status and the counts; ``filtered``: the caller gave -k/-m."""
+    def result(
+        self, status: int, filtered: bool, extended_left_out: bool
+    ) -> tuple[int, dict[str, int]]:
+        """The exit status and the counts; ``filtered``: the caller gave -k/-m;
+        ``extended_left_out``: the CI tier's ``-m "not extended"`` was added."""
         if status == NO_TESTS_COLLECTED and not filtered:
             print(f"=== {self.label}: no tests collected without a -k/-m filter: broken")
             status = 1
+        elif status == NO_TESTS_COLLECTED and extended_left_out:
+            print(
+                f"=== {self.label}: no test ran; the extended tests were left out"
+                " (the CI tier): add --all to run them"
+            )
         counts: dict[str, int] = {}
         for n, kind in COUNT.findall(self.last):
             kind = "errors" if kind.startswith("error") else kind
@@ -244,34 +252,51 @@ def _own_basetemp(args: list[str], suffix: str) -> list[str]:
     return out
 
 
+def _split_marker(args: list[str]) -> tuple[list[str], str | None]:
+    """``args`` without their ``-m`` options, and the expression pytest would
+    use: the last one, in any of pytest's forms (``-m EXPR``, ``-mEXPR``,
+    ``-m=EXPR``)."""
+    rest: list[str] = []
+    expr = None
+    i = 0
+    while i < len(args):
+        a = args[i]
+        if a == "-m" and i + 1 < len(args):
+            expr = args[i + 1]
+            i += 2
+            continue
+        if a.startswith("-m") and len(a) > 2 and not a.startswith("--"):
+            expr = a[3:] if a[2] == "=" else a[2:]
+        else:
+            rest.append(a)
+        i += 1
+    return rest, expr
+
+
 def _quick(args: list[str]) -> list[str]:
-    args = [a for a in args if a != "--quick"]
-    if "-m" in args[:-1]:  # pytest keeps only the last -m: combine them
-        i = args.index("-m")
-        args[i + 1] = f"quick and ({args[i + 1]})"
-        return args
-    return args + ["-m", "quick"]
+    """Only the ``quick`` tests, within the caller's ``-m`` if any."""
+    rest, expr = _split_marker([a for a in args if a != "--quick"])
+    return rest + ["-m", "quick" if expr is None else f"quick and ({expr})"]
 
 
-def _ci_tier(args: list[str]) -> list[str]:
+def _ci_tier(args: list[str]) -> tuple[list[str], bool]:
     """Leave out the ``extended`` tests (the CI tier), unless ``--all`` is given
-    or a ``-m`` names the marker."""
+    or the caller's ``-m`` names the marker; and whether they were left out."""
     if "--all" in args:
-        return [a for a in args if a != "--all"]
-    if "-m" in args[:-1]:  # pytest keeps only the last -m: combine them
-        i = args.index("-m")
-        if "extended" not in args[i + 1]:
-            args = list(args)
-            args[i + 1] = f"not extended and ({args[i + 1]})"
-        return args
-    return args + ["-m", "not extended"]
+        return [a for a in args if a != "--all"], False
+    rest, expr = _split_marker(args)
+    if expr is None:
+        return rest + ["-m", "not extended"], True
+    if "extended" in expr:
+        return rest + ["-m", expr], False
+    return rest + ["-m", f"not extended and ({expr})"], True
 
 
 def main(args: list[str]) -> int:
     if "--quick" in args:  # the quick tier: unit and single-fit tests
         args = _quick(args)
     filtered = any(a[:2] in ("-k", "-m") for a in args)
-    args = _ci_tier(args)
+    args, extended_left_out = _ci_tier(args)
     side_by_side = "--one-after-the-other" not in args
     args = [a for a in args if a != "--one-after-the-other"]
     v1_env = dict(os.environ)
@@ -312,8 +337,8 @@ def main(args: list[str]) -> int:
                 session.print_output()
         print("=== interrupted", flush=True)
         return 130
-    status_v1, counts_v1 = v1.result(status_v1, filtered)
-    status_v2, counts_v2 = v2.result(status_v2, filtered)
+    status_v1, counts_v1 = v1.result(status_v1, filtered, extended_left_out)
+    status_v2, counts_v2 = v2.result(status_v2, filtered, extended_left_out)
     order = ["failed", "errors", "passed", "skipped", "xfailed", "xpassed", "deselected"]
 
     def fmt(counts: dict[str, int]) -> str:

@@ -174,7 +174,8 @@ def pytest_report_header(config):
         "pytest session of its own and is not collected here: scripts/test runs both, "
         "or RAY_TT_EXT_TEST_TRAIN=v2 python -m pytest tests/v2 runs it alone",
         "ray_tt_ext: tiers: `-m quick` (unit and single-fit tests, scripts/test --quick); "
-        "the rest are whole runs (docs/testing.md says which are slow and why)",
+        "the rest are whole runs (docs/testing.md says which are slow and why); "
+        "`-m extended` marks what scripts/test (CI) leaves out and --all runs",
     ]
 
 
