@@ -88,6 +88,7 @@ def _trainer(num_reports):
     )
 
 
+@pytest.mark.extended
 def test_executor_lives_on_the_coordinators_node(ray_head_and_2_worker_nodes, storage_path):
     cluster, _ = ray_head_and_2_worker_nodes
     get_or_create_counter(cluster.head_node.node_id)  # never on a node we kill
@@ -151,13 +152,19 @@ def test_killing_a_worker_node_mid_run_is_survived(
     get_or_create_counter(cluster.head_node.node_id)  # never on a node we kill
     experiment = Path(storage_path, "node_kill")
     killed = threading.Event()
+    placed = {}  # where the first attempt's executor and workers ran
 
     def kill_a_training_node_after_second_checkpoint():
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if list(experiment.glob("*/checkpoint_000001")):
+                placed.update(
+                    executor=recorded("executor"),
+                    rank0_node=recorded("rank0_node"),
+                    rank1_node=recorded("rank1_node"),
+                )
                 # A worker node that hosts a training worker (never the head).
-                hosts = {recorded("rank1_node"), recorded("rank0_node")}
+                hosts = {placed["rank1_node"], placed["rank0_node"]}
                 node = next(n for n in workers if n.node_id in hosts)
                 cluster.remove_node(node, allow_graceful=False)
                 killed.set()
@@ -184,3 +191,9 @@ def test_killing_a_worker_node_mid_run_is_survived(
     steps = list(result.metrics_dataframe["step"])
     assert steps[-1] == 11 and len(steps) < 24  # resumed from a checkpoint, not from 0
     assert os.path.basename(result.checkpoint.path) > "checkpoint_000001"
+    # The executor ran in the Tuner's host on its coordinator's node, that of
+    # rank 0 (started there by its first host), not on rank 1's.
+    info = placed["executor"]
+    assert info["shares_host"] is True
+    assert info["node_id"] == info["coordinator_node"] == placed["rank0_node"]
+    assert placed["rank1_node"] != info["node_id"]

@@ -72,6 +72,7 @@ def _kept(grid) -> dict[int, list[str]]:
     return kept
 
 
+@pytest.mark.extended
 def test_the_sweep_keeps_its_best_and_what_running_trials_need(
     ray_start_4_cpus, storage_path, monkeypatch
 ):
@@ -489,8 +490,13 @@ def test_on_a_slow_storage_deletions_never_wait_for_tunes_upload(
     root = os.path.join(storage_path, "slow")
     tuner = _three_trials_on(slow, root)
     grid = tuner.fit()
-    assert _kept(grid) == {1: [], 2: [], 3: ["checkpoint_000003", "checkpoint_000004"]}
+    # The 2 best of the sweep, both one trial's; the ResultGrid, and the one
+    # ``Tuner.restore`` reads, name only what is kept.
+    kept = _kept(grid)
+    assert kept == {1: [], 2: [], 3: ["checkpoint_000003", "checkpoint_000004"]}
     assert len(checkpoint_folders(root)) == 2, checkpoint_folders(root)
+    assert grid.get_best_result().checkpoint.path.endswith("checkpoint_000004")
+    assert _kept(Tuner.restore(root, sweep_loop).get_results()) == kept
     # As on a fast storage: the 2 best, each running trial's latest, and one
     # written and not decided on yet.
     peak = max(max(r.metrics_dataframe["on_disk"]) for r in grid)

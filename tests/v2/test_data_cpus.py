@@ -40,6 +40,7 @@ def _sweep(storage_path, log_dir, lrs, workers, **tuner_kwargs):
 
 
 @pytest.mark.usefixtures("ray_start_4_cpus")
+@pytest.mark.extended
 @pytest.mark.parametrize("workers, trials, at_once", [(2, 2, 1)], ids=["2_workers"])
 def test_trials_over_datasets_run_as_many_as_leave_their_pipelines_cpus_and_finish(
     storage_path, tmp_path, caplog, workers, trials, at_once
@@ -81,7 +82,7 @@ def test_what_no_trial_could_run_with_its_pipeline_is_an_error_before_anything_r
 @pytest.mark.cluster
 @pytest.mark.timeout(300)
 def test_a_growing_cluster_runs_more_trials_at_once_once_the_cpus_are_there(
-    shutdown_only, storage_path, tmp_path
+    shutdown_only, storage_path, tmp_path, caplog
 ):
     """A head of 3 CPUs: one 2-worker trial at a time (2 + 1 for its pipeline).
     Once the first trial runs, a node of 3 CPUs joins (as an autoscaler would
@@ -91,6 +92,7 @@ def test_a_growing_cluster_runs_more_trials_at_once_once_the_cpus_are_there(
     cluster = Cluster(
         initialize_head=True, head_node_args={"num_cpus": 3, "include_dashboard": False}
     )
+    caplog.set_level(logging.WARNING, logger="ray_tt_ext")
     try:
         ray.init(address=cluster.address)
         signal = tmp_path / "grown"
@@ -140,6 +142,14 @@ def test_a_growing_cluster_runs_more_trials_at_once_once_the_cpus_are_there(
         grown_at = os.path.getmtime(signal)
         assert sum(1 for start, _ in intervals if start < grown_at) == 1, intervals
         assert trials_at_once(intervals) == 2, intervals
+        # One log line, said on the head's 3 CPUs (before the node joined), and
+        # how to change it.
+        said = [
+            r.getMessage() for r in caplog.records if "Ray Data pipeline" in r.getMessage()
+        ]
+        assert len(said) == 1, said
+        assert "1 trial(s) run at once" in said[0] and "3 CPUs" in said[0], said
+        assert "data_cpus_per_trial" in said[0]
     finally:
         ray.shutdown()
         cluster.shutdown()

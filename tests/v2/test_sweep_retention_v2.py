@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import ray
 import ray.train
 import ray.tune
@@ -21,6 +22,7 @@ def _folders(root: str) -> list[str]:
     return sorted(found)
 
 
+@pytest.mark.extended
 def test_a_retried_run_resumes_although_the_sweep_deleted_checkpoints_its_snapshot_lists(
     ray_start_4_cpus, storage_path, tmp_path
 ):

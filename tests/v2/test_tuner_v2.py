@@ -201,11 +201,8 @@ def test_the_training_loops_error_reaches_result_error(storage_path, tmp_path, m
     assert result.metrics["step"] == 0 and result.metrics["training_iteration"] == 1
 
 
-@pytest.mark.parametrize(
-    "reuse_actors",
-    [False, pytest.param(True, marks=pytest.mark.extended)],
-    ids=["new_actors", "reuse_actors"],
-)
+@pytest.mark.extended
+@pytest.mark.parametrize("reuse_actors", [False, True], ids=["new_actors", "reuse_actors"])
 def test_restore_resumes_unfinished_trials_from_their_latest_checkpoints(
     storage_path, tmp_path, reuse_actors
 ):
@@ -261,10 +258,14 @@ def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
         assert isinstance(first.error, ValueError)
         assert os.path.basename(first.path).startswith("DataParallelTrainer_2_")
         path = os.path.join(storage_path, "second")
-        (result,) = v2.Tuner.restore(path, trainer, resume_errored=True).fit()
+        restored = v2.Tuner.restore(path, trainer, resume_errored=True)
+        assert isinstance(restored, v2.Tuner)
+        (result,) = restored.fit()
         assert result.error is None, result.error
         assert result.path == first.path  # the same trial, resumed
         assert (result.metrics["start"], result.metrics["step"]) == (1, 2)
+        # from its latest checkpoint, in its own folder
+        assert os.path.dirname(result.checkpoint.path) == first.path
         with fit_name(trainable) as also_held:  # as a fit in this process would
             assert also_held == "DataParallelTrainer_2"
             tuner = v2.Tuner.restore(path, trainer, resume_errored=True)

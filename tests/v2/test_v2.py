@@ -78,6 +78,7 @@ def test_sequential_names_num_to_keep_by_index_and_no_train_v1_module_on_workers
     assert read_state(os.path.join(run_dir, "checkpoint_000003"))["epoch"] == 3
 
 
+@pytest.mark.extended
 def test_index_continues_after_a_worker_restart_and_a_resumed_run(storage_path, tmp_path):
     config = {"epochs": 4, "fail_at": 2, "marker": str(tmp_path / "failed_once")}
     make_trainer(storage_path, "restart", config, retries=1).fit()
