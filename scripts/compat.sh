@@ -10,7 +10,10 @@
 # Runs the whole regression suite, the `extended` tests included (scripts/pytest_sessions.py
 # --all: tests/ for Train V1 and tests/v2 for Train V2, side by side; the `large` runs
 # over the 512 MiB gRPC limit included: they are ray-project/ray#43234's canary);
-# pytest args (-k, -m, --basetemp=...) go to both.
+# pytest args (-k, -m, --basetemp=...) go to both. On the oldest supported Ray
+# (MIN_RAY_VERSION's minor, 2.40), then the release scenarios in smoke mode
+# (scripts/run_release_tests.py --smoke; CI does not run them): the run fails
+# if one fails.
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
 # Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Prints one
 # verdict line last; exit 0 on PASS.
@@ -64,7 +67,7 @@ export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 if [ "$tier" -eq 1 ]; then
   # The Train V2 session alone (as scripts/pytest_sessions.py runs it), its compat tier.
   # Its hang guard is 900 s a test, not the suite's 300: CI runs the tier beside
-  # Ray 2.40's release smokes, on two cores; beside two smokes (three Rays) its
+  # the suite's two sessions, on two cores; beside two smokes (three Rays) its
   # longest test (8 fits, each a death) once took 303 s against 100 s alone.
   status=0
   env -u RAY_TRAIN_V2_ENABLED RAY_TT_EXT_TEST_TRAIN=v2 "$venv/bin/python" -m pytest \
@@ -77,6 +80,20 @@ fi
 "$venv/bin/python" scripts/pytest_sessions.py --all -q -p no:cacheprovider "$@" 2>&1 | tee "$venv.pytest.log"
 status=${PIPESTATUS[0]}
 summary="$(grep -E '^== both sessions: ' "$venv.pytest.log" | tail -1 | sed 's/^== both sessions: //;s/ ==$//')"
+oldest="$(sed -n 's/^MIN_RAY_VERSION = Version("\([0-9]*\.[0-9]*\)\..*/\1/p' ray_tt_ext/_compat/versions.py)"
+if [ "$minor" = "$oldest" ] && [ $# -eq 0 ]; then
+  # The whole row only (no pytest args): the release scenarios, in smoke mode.
+  smoke_status=0
+  rm -rf "$venv.release_smokes"
+  "$venv/bin/python" scripts/run_release_tests.py --smoke --out "$venv.release_smokes" \
+    > "$venv.smoke.log" 2>&1 || smoke_status=$?
+  echo "release smokes on ray $version: $(grep -E "passed, [0-9]+ failed" "$venv.smoke.log" | tail -1)"
+  if [ "$smoke_status" -ne 0 ]; then
+    cat "$venv.smoke.log"
+    status=1
+    summary="$summary; the release smokes FAILED"
+  fi
+fi
 if [ "$status" -eq 0 ]; then
   echo "ray $version: PASS ($summary)"
 else

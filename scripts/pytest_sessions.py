@@ -34,9 +34,7 @@ it in its verdict; on a Ray without Train V2 by default, the Train V2 session's
 count is the three modules' alone, its own tests skipped). Exit
 status 0 only if both pass; a session that collects no test fails, unless a
 ``-k``/``-m`` filter deselected them all. ``--quick`` runs the quick tier only
-(``-m quick``: unit and single-fit tests, a few minutes). With
-``RTT_SESSIONS_ENDED_DIR`` set, each session writes a file there as it ends
-(``.ci/run`` starts its next steps once the first has ended).
+(``-m quick``: unit and single-fit tests, a few minutes).
 """
 
 from __future__ import annotations
@@ -57,10 +55,6 @@ from rtt_testing import EITHER_SESSION_MODULES  # noqa: E402
 
 COUNT = re.compile(r"(\d+) (passed|failed|skipped|errors?|xfailed|xpassed|deselected)")
 NO_TESTS_COLLECTED = 5
-#: A folder where each session, as it ends, writes a file named after it (its
-#: seconds inside): ``.ci/run`` starts its release smokes and compat tier once
-#: one session has ended, on the core that session leaves free.
-ENDED_DIR_VARIABLE = "RTT_SESSIONS_ENDED_DIR"
 #: /proc's clock ticks per second (Linux; /proc is read only there).
 _CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
@@ -116,10 +110,6 @@ class Session:
                     self.last = line
             self.proc.wait()
             self.seconds = time.monotonic() - self.started
-            ended_dir = os.environ.get(ENDED_DIR_VARIABLE)
-            if ended_dir:  # for .ci/run: it starts its next steps once one has ended
-                slug = re.sub(r"\W+", "_", self.label).strip("_")
-                Path(ended_dir, slug).write_text(f"{self.seconds:.0f}\n")
 
     def wait(self) -> int:
         self._reader.join()

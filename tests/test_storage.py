@@ -868,6 +868,7 @@ def test_ray_global_is_restored_when_fit_raises(ray_start_4_cpus, storage_path):
     assert Experiment.__dict__["_storage_context_cls"] is before
 
 
+@pytest.mark.extended
 def test_trainer_fit_uses_the_policy_too(ray_start_4_cpus, storage_path):
     """`trainer.fit()` (Ray's own Tuner inside) names checkpoints by the policy."""
     trainer = ray_tt_ext.DataParallelTrainer(

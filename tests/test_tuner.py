@@ -261,6 +261,7 @@ def test_trainer_fit_frees_its_arguments_with_the_trainer_and_logs_no_large_valu
 ):
     import gc
 
+    from ray_tt_ext._compat import Experiment
     from ray_tt_ext._trainer import LargeConfigValue
     from rtt_testing import object_store_used_mib
 
@@ -270,10 +271,20 @@ def test_trainer_fit_frees_its_arguments_with_the_trainer_and_logs_no_large_valu
         report_loop,
         train_loop_config={"num_reports": 3, "weights": np.ones(100 * 1024 * 1024 // 8)},
         scaling_config=ray.train.ScalingConfig(num_workers=1),
-        run_config=quiet_run_config(storage_path, "trainer_fit"),
+        run_config=quiet_run_config(
+            storage_path,
+            "trainer_fit",
+            checkpoint_config=ray_tt_ext.CheckpointConfig(checkpoint_dir_name="fit-{step}"),
+        ),
     )
+    before = Experiment.__dict__["_storage_context_cls"]
     result = trainer.fit()
     assert result.error is None
+    # Ray's own Tuner inside trainer.fit() names checkpoints by the policy, and
+    # gets its storage class back afterwards.
+    names = sorted(n for n in os.listdir(result.path) if n.startswith("fit-"))
+    assert names == ["fit-0", "fit-1", "fit-2"], os.listdir(result.path)
+    assert Experiment.__dict__["_storage_context_cls"] is before
     # The loop got the 100 MiB (from the object store) on each of its 3 reports...
     assert list(result.metrics_dataframe["weights_bytes"]) == [100 * 1024 * 1024] * 3
     # ...and none of Tune's JSON files holds it: it was never in Tune's param_space.
