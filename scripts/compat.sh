@@ -66,9 +66,9 @@ fi
 export RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0
 if [ "$tier" -eq 1 ]; then
   # The Train V2 session alone (as scripts/pytest_sessions.py runs it), its compat tier.
-  # Its hang guard is 900 s a test, not the suite's 300: CI runs the tier beside
-  # the suite's two sessions, on two cores; beside two smokes (three Rays) its
-  # longest test (8 fits, each a death) once took 303 s against 100 s alone.
+  # Its hang guard is 900 s a test, not the suite's 300: on a busy machine (once
+  # beside two release smokes, three Rays on two cores) its longest test (8
+  # fits, each a death) took 303 s against 100 s alone.
   status=0
   env -u RAY_TRAIN_V2_ENABLED RAY_TT_EXT_TEST_TRAIN=v2 "$venv/bin/python" -m pytest \
     -q -p no:cacheprovider -m compat_tier --timeout 900 tests/v2 "$@" > "$venv.tier.log" 2>&1 || status=$?

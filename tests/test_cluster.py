@@ -111,7 +111,7 @@ class _Sleeper:
 
 
 def test_whether_a_process_of_another_node_runs_is_asked_there(
-    ray_head_and_2_worker_nodes,
+    ray_head_and_2_worker_nodes, monkeypatch
 ):
     """``v2.Tuner``'s sweep removes a dead Train controller's placement group only
     once the controller's process has exited, on whichever node it ran
@@ -125,6 +125,10 @@ def test_whether_a_process_of_another_node_runs_is_asked_there(
 
     cluster, workers = ray_head_and_2_worker_nodes
     here, there = cluster.head_node.node_id, workers[0].node_id
+    # What is checked is the other node's answer; one that comes later than
+    # the sweep's 5 s (a worker process to start there, on a busy machine) is
+    # counted as running by design, to be asked again: here it is waited for.
+    monkeypatch.setattr(core, "_REMOTE_CHECK_TIMEOUT_S", 120.0)
     sleepers = {
         node: _Sleeper.options(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node, soft=False)
