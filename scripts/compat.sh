@@ -11,9 +11,9 @@
 # --all: tests/ for Train V1 and tests/v2 for Train V2, side by side; the `large` runs
 # over the 512 MiB gRPC limit included: they are ray-project/ray#43234's canary);
 # pytest args (-k, -m, --basetemp=...) go to both. On the oldest supported Ray
-# (MIN_RAY_VERSION's minor, 2.40), then the release scenarios in smoke mode
-# (scripts/run_release_tests.py --smoke; CI does not run them): the run fails
-# if one fails.
+# (MIN_RAY_VERSION's minor, 2.40), a whole row (no pytest args) then runs the
+# release scenarios in smoke mode (scripts/run_release_tests.py --smoke; CI does
+# not run them): the run fails if one fails.
 # RAY_VERSION is any release ("2.44" takes the pin in constraints/ray-2.44.txt).
 # Pins for a known minor come from constraints/ray-MAJOR.MINOR.txt. Prints one
 # verdict line last; exit 0 on PASS.
@@ -81,6 +81,7 @@ fi
 status=${PIPESTATUS[0]}
 summary="$(grep -E '^== both sessions: ' "$venv.pytest.log" | tail -1 | sed 's/^== both sessions: //;s/ ==$//')"
 oldest="$(sed -n 's/^MIN_RAY_VERSION = Version("\([0-9]*\.[0-9]*\)\..*/\1/p' ray_tt_ext/_compat/versions.py)"
+[ -n "$oldest" ] || { echo "ray $version: FAIL (MIN_RAY_VERSION unreadable in ray_tt_ext/_compat/versions.py)"; exit 1; }
 if [ "$minor" = "$oldest" ] && [ $# -eq 0 ]; then
   # The whole row only (no pytest args): the release scenarios, in smoke mode.
   smoke_status=0

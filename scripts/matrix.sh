@@ -2,7 +2,8 @@
 # The whole Ray matrix, one row per Ray minor; writes docs/compatibility.{md,tsv}.
 #   scripts/matrix.sh [--fresh] [RAY_VERSION ...]   (default: every constraints/ray-*.txt)
 # Each row is scripts/compat.sh VERSION (the whole regression suite, Train V1 and
-# Train V2 sessions, in a venv of its own) with its wall time. Unattended and
+# Train V2 sessions, in a venv of its own; on Ray 2.40, the oldest supported, the
+# release smokes after it) with its wall time. Unattended and
 # resumable: a row's verdict is kept in compat_results/rows/VERSION.txt with the
 # commit and the code it ran (the working tree's files, committed or not, but the
 # matrix's own outputs and the CHANGELOG: scripts/render_compatibility.py --code),

@@ -235,8 +235,9 @@ def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
     def files(path):
         return sorted(os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
 
+    # It fails at step 2: its latest checkpoint (step 1) is not its first.
     trainer = trainer_for(
-        storage_path, {"steps": 3, "fail_at": 1, "marker": str(tmp_path / "m")}, workers=1
+        storage_path, {"steps": 4, "fail_at": 2, "marker": str(tmp_path / "m")}, workers=1
     )
     holder = v2.Tuner(trainer, run_config=ray.tune.RunConfig(storage_path=str(tmp_path)))
     trainable = holder._local_tuner.converted_trainable
@@ -263,7 +264,7 @@ def test_a_tuner_registered_under_a_second_name_is_restored_under_it(
         (result,) = restored.fit()
         assert result.error is None, result.error
         assert result.path == first.path  # the same trial, resumed
-        assert (result.metrics["start"], result.metrics["step"]) == (1, 2)
+        assert (result.metrics["start"], result.metrics["step"]) == (2, 3)
         # from its latest checkpoint, in its own folder
         assert os.path.dirname(result.checkpoint.path) == first.path
         with fit_name(trainable) as also_held:  # as a fit in this process would
