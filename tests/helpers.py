@@ -395,6 +395,16 @@ def _this_trial_id() -> str:
     return get_context().get_trial_id()
 
 
+def trial_folders(trial_path: str) -> list[str]:
+    """The names of the folders in a trial's folder (its checkpoints), sorted;
+    not the hidden ones."""
+    return sorted(
+        name
+        for name in os.listdir(trial_path)
+        if not name.startswith(".") and os.path.isdir(os.path.join(trial_path, name))
+    )
+
+
 def checkpoint_folders(root: str) -> list[str]:
     """The checkpoint folders (``checkpoint_*``) under ``root``, sorted."""
     found = []

@@ -20,7 +20,7 @@ import ray
 import ray.train
 import ray.tune
 import tune_api
-from helpers import ClassTrainable, CountingFileSystem, report_loop
+from helpers import ClassTrainable, CountingFileSystem, report_loop, trial_folders
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -347,14 +347,6 @@ def test_copies_for_trials_do_not_share_bookkeeping(tmp_path):
 # -- on a real Ray: the three trainable kinds ------------------------------------------
 
 
-def _checkpoint_dirs(trial_path):
-    return sorted(
-        p.name
-        for p in Path(trial_path).iterdir()
-        if p.is_dir() and not p.name.startswith(".")
-    )
-
-
 def _assert_in_sync(result, expected_names, reported=True):
     """Disk, Result.checkpoint, best_checkpoints, reported metrics and the Trial agree.
 
@@ -362,7 +354,7 @@ def _assert_in_sync(result, expected_names, reported=True):
     manager); ``reported`` checks the ``checkpoint_dir_name`` column of the
     reported results (function and Train trainables report it per result).
     """
-    assert _checkpoint_dirs(result.path) == sorted(expected_names)
+    assert trial_folders(result.path) == sorted(expected_names)
     best = [os.path.basename(c.path) for c, _ in result.best_checkpoints]
     assert best == expected_names
     for checkpoint, metrics in result.best_checkpoints:
@@ -500,7 +492,7 @@ def test_ray_39927s_storage_context_subclass_works_without_monkey_patching(
         ),
     ).fit()[0]
     assert result.error is None
-    assert _checkpoint_dirs(result.path) == [f"checkpoint_{i:06d}" for i in (5, 10, 15, 20)]
+    assert trial_folders(result.path) == [f"checkpoint_{i:06d}" for i in (5, 10, 15, 20)]
     assert Experiment.__dict__["_storage_context_cls"] is before is RayStorageContext
 
 
@@ -608,7 +600,7 @@ def test_a_metric_indexed_trial_that_lost_progress_finishes(
     assert os.path.exists(tmp_path / "lost")
     assert result.error is None
     names = [f"ckpt_{i:06d}" for i in range(4)]
-    assert _checkpoint_dirs(result.path) == sorted([*names, "ckpt_000002.unrecorded"])
+    assert trial_folders(result.path) == sorted([*names, "ckpt_000002.unrecorded"])
     with open(Path(result.path, "ckpt_000002.unrecorded", "state.json")) as f:
         assert json.load(f) == {"step": 2, "lost": True}
     with open(Path(result.path, "ckpt_000002", "state.json")) as f:
@@ -635,7 +627,7 @@ def _fn_tuner(storage_path, name, tmp_path, max_failures=0, **config):
 
 
 def _assert_each_checkpoint_holds_its_own_step(trial_path):
-    for name in _checkpoint_dirs(trial_path):
+    for name in trial_folders(trial_path):
         step = int(name.rsplit("-s", 1)[1])
         with open(Path(trial_path, name, "state.json")) as f:
             assert json.load(f)["step"] == step
@@ -646,7 +638,7 @@ def test_indices_continue_after_a_trial_failure(ray_start_4_cpus, storage_path, 
         storage_path, "retry", tmp_path, max_failures=1, num_reports=5, fail_at=3
     ).fit()[0]
     assert result.error is None
-    names = _checkpoint_dirs(result.path)
+    names = trial_folders(result.path)
     assert names == [f"ck-{i:04d}-s{i}" for i in range(5)]
     _assert_each_checkpoint_holds_its_own_step(result.path)
     _assert_in_sync(result, names)
@@ -660,7 +652,7 @@ def test_restore_continues_indices_and_never_overwrites(
     first = _fn_tuner(storage_path, "restore", tmp_path, num_reports=5, fail_at=3).fit()[0]
     assert first.error is not None
     trial_path = Path(first.path)
-    assert _checkpoint_dirs(trial_path) == ["ck-0000-s0", "ck-0001-s1", "ck-0002-s2"]
+    assert trial_folders(trial_path) == ["ck-0000-s0", "ck-0001-s1", "ck-0002-s2"]
     # Folders the driver never recorded (e.g. written just before a crash).
     for i in (3, 4):
         stray = trial_path / f"ck-{i:04d}-s9{i}"
@@ -674,7 +666,7 @@ def test_restore_continues_indices_and_never_overwrites(
         resume_errored=True,
     ).fit()[0]
     assert result.error is None
-    names = _checkpoint_dirs(result.path)
+    names = trial_folders(result.path)
     assert names == [
         "ck-0000-s0",
         "ck-0001-s1",
@@ -704,7 +696,7 @@ def test_moved_experiment_folder_continues_where_it_now_is(
     ).fit()[0]
     assert result.error is None
     assert Path(result.path).parent == new_home
-    assert _checkpoint_dirs(result.path) == [f"ck-{i:04d}-s{i}" for i in range(4)]
+    assert trial_folders(result.path) == [f"ck-{i:04d}-s{i}" for i in range(4)]
     assert not os.path.exists(os.path.join(storage_path, "moving"))
 
 
@@ -724,7 +716,7 @@ def test_num_to_keep_evicts_by_index_not_by_string(ray_start_4_cpus, storage_pat
         ),
     ).fit()[0]
     assert result.error is None
-    assert _checkpoint_dirs(result.path) == ["ck-10", "ck-11"]
+    assert trial_folders(result.path) == ["ck-10", "ck-11"]
     assert [os.path.basename(c.path) for c, _ in result.best_checkpoints] == [
         "ck-10",
         "ck-11",
@@ -755,7 +747,7 @@ def test_missing_template_field_fails_the_trial_and_writes_nothing(
     result = _run_fn(storage_path, "missing", "ck-{accuracy:.2f}", num_reports=2)
     assert "'accuracy'" in str(result.error)
     assert "Available keys" in str(result.error)
-    assert [n for n in _checkpoint_dirs(result.path) if n.startswith("ck")] == []
+    assert [n for n in trial_folders(result.path) if n.startswith("ck")] == []
 
 
 def test_metric_escaping_the_trial_folder_is_refused(ray_start_4_cpus, storage_path):
@@ -771,7 +763,7 @@ def test_metric_escaping_the_trial_folder_is_refused(ray_start_4_cpus, storage_p
 def test_two_checkpoints_with_one_name_never_overwrite(ray_start_4_cpus, storage_path):
     result = _run_fn(storage_path, "dup", "ck-{tag}", num_reports=3, extra={"tag": "same"})
     assert "Refusing to overwrite" in str(result.error)
-    assert _checkpoint_dirs(result.path).count("ck-same") == 1
+    assert trial_folders(result.path).count("ck-same") == 1
     with open(Path(result.path, "ck-same", "state.json")) as f:
         assert json.load(f)["step"] == 0  # the first checkpoint, untouched
 
@@ -829,11 +821,9 @@ def test_policies_of_two_tuners_in_threads_do_not_interfere_and_ray_is_restored(
         for r in results.values()
     ]
     assert max(s for s, _ in spans) <= min(e for _, e in spans)
-    assert _checkpoint_dirs(results["a"].path) == [f"alpha-{i}" for i in range(4)]
-    assert _checkpoint_dirs(results["b"].path) == [f"beta-{i}" for i in range(4)]
-    assert _checkpoint_dirs(results["plain"].path) == [
-        f"checkpoint_{i:06d}" for i in range(4)
-    ]
+    assert trial_folders(results["a"].path) == [f"alpha-{i}" for i in range(4)]
+    assert trial_folders(results["b"].path) == [f"beta-{i}" for i in range(4)]
+    assert trial_folders(results["plain"].path) == [f"checkpoint_{i:06d}" for i in range(4)]
     assert Experiment.__dict__["_storage_context_cls"] is before
 
 
@@ -884,5 +874,5 @@ def test_trainer_fit_uses_the_policy_too(ray_start_4_cpus, storage_path):
     )
     before = Experiment.__dict__["_storage_context_cls"]
     result = trainer.fit()
-    assert _checkpoint_dirs(result.path) == ["fit-0", "fit-1"]
+    assert trial_folders(result.path) == ["fit-0", "fit-1"]
     assert Experiment.__dict__["_storage_context_cls"] is before

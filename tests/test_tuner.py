@@ -25,6 +25,7 @@ from helpers import (
     get_or_create_counter,
     quiet_run_config,
     report_loop,
+    trial_folders,
 )
 
 import ray_tt_ext
@@ -282,10 +283,7 @@ def test_trainer_fit_frees_its_arguments_with_the_trainer_and_logs_no_large_valu
     assert result.error is None
     # Ray's own Tuner inside trainer.fit() names checkpoints by the policy, and
     # gets its storage class back afterwards.
-    folders = sorted(
-        p.name for p in Path(result.path).iterdir() if p.is_dir() and p.name[0] != "."
-    )
-    assert folders == ["fit-0", "fit-1", "fit-2"], folders
+    assert trial_folders(result.path) == ["fit-0", "fit-1", "fit-2"]
     assert Experiment.__dict__["_storage_context_cls"] is before
     # The loop got the 100 MiB (from the object store) on each of its 3 reports...
     assert list(result.metrics_dataframe["weights_bytes"]) == [100 * 1024 * 1024] * 3

@@ -39,6 +39,15 @@ def _sweep(storage_path, log_dir, lrs, workers, **tuner_kwargs):
     ).fit()
 
 
+def _said_once(caplog, *parts: str) -> None:
+    """One log line about the trials' Ray Data pipelines, with ``parts`` and how
+    to change it."""
+    said = [r.getMessage() for r in caplog.records if "Ray Data pipeline" in r.getMessage()]
+    assert len(said) == 1, said
+    assert all(part in said[0] for part in parts), said
+    assert "data_cpus_per_trial" in said[0]
+
+
 @pytest.mark.usefixtures("ray_start_4_cpus")
 @pytest.mark.extended
 @pytest.mark.parametrize("workers, trials, at_once", [(2, 2, 1)], ids=["2_workers"])
@@ -55,10 +64,7 @@ def test_trials_over_datasets_run_as_many_as_leave_their_pipelines_cpus_and_fini
     assert not results.errors
     assert sorted(r.metrics["rows"] for r in results) == [200 // workers] * trials
     assert trials_at_once(ran_when(tmp_path)) == at_once
-    said = [r.getMessage() for r in caplog.records if "Ray Data pipeline" in r.getMessage()]
-    assert len(said) == 1, said
-    assert f"{at_once} trial(s) run at once" in said[0] and "4 CPUs" in said[0]
-    assert "data_cpus_per_trial" in said[0]
+    _said_once(caplog, f"{at_once} trial(s) run at once", "4 CPUs")
 
 
 @pytest.mark.usefixtures("ray_start_4_cpus")
@@ -142,14 +148,8 @@ def test_a_growing_cluster_runs_more_trials_at_once_once_the_cpus_are_there(
         grown_at = os.path.getmtime(signal)
         assert sum(1 for start, _ in intervals if start < grown_at) == 1, intervals
         assert trials_at_once(intervals) == 2, intervals
-        # One log line, said on the head's 3 CPUs (before the node joined), and
-        # how to change it.
-        said = [
-            r.getMessage() for r in caplog.records if "Ray Data pipeline" in r.getMessage()
-        ]
-        assert len(said) == 1, said
-        assert "1 trial(s) run at once" in said[0] and "3 CPUs" in said[0], said
-        assert "data_cpus_per_trial" in said[0]
+        # Said on the head's 3 CPUs, before the node joined.
+        _said_once(caplog, "1 trial(s) run at once", "3 CPUs")
     finally:
         ray.shutdown()
         cluster.shutdown()
