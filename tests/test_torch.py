@@ -156,7 +156,7 @@ def test_ddp_over_gloo_through_the_tuner_with_either_executor(
 def test_a_killed_worker_resumes_from_its_named_checkpoint(
     ray_start_4_cpus, storage_path, tmp_path
 ):
-    # One trial: the worker the marker kills is its (a second trial would repeat
+    # One trial, so the worker the marker kills is that trial's (a second trial would repeat
     # the same run, after the first, on the same 4 CPUs).
     results = _tuner(
         storage_path,

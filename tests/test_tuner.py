@@ -701,9 +701,10 @@ def test_train_v1_reaches_trial_actors_and_workers(ray_start_4_cpus, storage_pat
 
 @pytest.mark.quick
 def test_tuner_of_trainer_says_ray_tt_ext_supports_it_once_instead_of_rays_deprecation(
-    ray_start_4_cpus, storage_path
+    ray_start_4_cpus, storage_path, monkeypatch
 ):
-    """What a user sees, with Ray's migration warnings on (as by default) and no
+    """What a user sees, with Ray's migration warnings on (by default from Ray
+    2.51; Ray 2.41 .. 2.50 have them off unless the variable is 1) and no
     warning filter of the tests: two ``ray_tt_ext.Tuner(trainer)`` in a process
     print ray_tt_ext's line once and not Ray's deprecation of ``Tuner(trainer)``;
     Ray's own ``ray.tune.Tuner(trainer)`` in the same process still gets Ray's."""
@@ -757,11 +758,16 @@ def test_tuner_of_trainer_says_ray_tt_ext_supports_it_once_instead_of_rays_depre
         return (ours, rays), proc.stderr[-3000:]
 
     counts, stderr = notices()
-    if _compat.has_v2_migration_warnings():  # this Ray deprecates Tuner(trainer)
-        assert counts == (1, 1), stderr
-    else:  # older Rays say nothing, and ray_tt_ext neither
+    if not _compat.has_v2_migration_warnings():  # a Ray without them: both quiet
         assert counts == (0, 0), stderr
-    # Ray's variable that turns its migration warnings off silences ours too
-    # (on a Ray without migration warnings there is nothing to silence).
+        return
+    monkeypatch.delenv("RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS", raising=False)
+    if _compat.v2_migration_warnings_enabled():  # this Ray's default: on
+        assert counts == (1, 1), stderr
+    else:  # off by default (2.41 .. 2.50): both quiet, and both speak when asked to
+        assert counts == (0, 0), stderr
+        counts, stderr = notices(RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS="1")
+        assert counts == (1, 1), stderr
+    # Ray's variable that turns its migration warnings off silences ours too.
     counts, stderr = notices(RAY_TRAIN_ENABLE_V2_MIGRATION_WARNINGS="0")
     assert counts == (0, 0), stderr
