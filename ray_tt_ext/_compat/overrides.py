@@ -45,7 +45,7 @@ class RayOverride:
 #: The Ray minors whose row of ``scripts/matrix.sh`` (docs/compatibility.md)
 #: passed on this code (the page's code column): what each entry's ``checked`` is derived from
 #: (tests/test_compat_map.py holds it to the page's rows).
-MATRIX_RAN: tuple[str, ...] = ("2.40", "2.42", "2.43", "2.44", "2.45", "2.51", "2.52", "2.53", "2.54", "2.55", "2.56", "2.57", "2.58", "2.59", "2.60")  # fmt: skip
+MATRIX_RAN: tuple[str, ...] = ("2.40", "2.42", "2.43", "2.44", "2.45", "2.46", "2.51", "2.52", "2.53", "2.54", "2.55", "2.56", "2.57", "2.58", "2.59", "2.60")  # fmt: skip
 
 
 def _minor_key(minor: str) -> tuple[int, ...]:
