@@ -419,7 +419,8 @@ def sweep_loop(config: dict[str, Any]) -> None:
     negative. Resumes from its checkpoint (``resumed``: 1 when it holds this
     trial's own step, ``exploited``: 1 when another trial wrote it). Each
     report says how many checkpoint folders the experiment folder ``root``
-    holds just before it (``on_disk``). ``step_s``: seconds per step."""
+    holds just before it (``on_disk``). ``step_s``: seconds per step.
+    ``hold_at_2``: a path; step 2 waits until it exists (the test opens it)."""
     trial = _this_trial_id()
     start, resumed, exploited = 0, 0, 0
     checkpoint = tune_api.get_checkpoint()
@@ -430,6 +431,9 @@ def sweep_loop(config: dict[str, Any]) -> None:
         start = state["step"] + 1
         resumed, exploited = int(state["trial"] == trial), int(state["trial"] != trial)
     for step in range(start, config["steps"]):
+        if step == 2 and config.get("hold_at_2"):
+            while not os.path.exists(config["hold_at_2"]):
+                time.sleep(0.05)  # a gate the test opens, not pacing the run
         time.sleep(config.get("step_s", 0))
         score = 10 * config["x"] + (-step if config.get("declining") else step)
         metrics = {"step": step, "score": score, "loss": -score, "resumed": resumed}

@@ -17,6 +17,7 @@ import textwrap
 import threading
 import time
 from pathlib import Path
+from typing import Optional
 
 import pytest
 import ray
@@ -351,9 +352,12 @@ def test_restore_after_the_driver_is_killed_finishes_a_deletion_in_flight(
     _finishes_as_uninterrupted(grid, root)
 
 
-def _driver(storage_path: str, name: str, **env: str) -> subprocess.Popen:
+def _driver(
+    storage_path: str, name: str, hold_at_2: Optional[str] = None, **env: str
+) -> subprocess.Popen:
     """A driver of its own (joining the session's Ray) that runs a 4-trial sweep
-    with ``sweep_num_to_keep=2``, half a second a step."""
+    with ``sweep_num_to_keep=2``, half a second a step (``hold_at_2``:
+    ``sweep_loop``'s gate before step 2)."""
     script = textwrap.dedent(
         f"""
         import sys
@@ -363,7 +367,7 @@ def _driver(storage_path: str, name: str, **env: str) -> subprocess.Popen:
         from ray_tt_ext import CheckpointConfig
         ray.init(address={ray.get_runtime_context().gcs_address!r})
         _tuner({storage_path!r}, {name!r}, CheckpointConfig(sweep_num_to_keep=2),
-               xs=[1, 2, 3, 4], step_s=0.5).fit()
+               xs=[1, 2, 3, 4], step_s=0.5, hold_at_2={hold_at_2!r}).fit()
         """
     )
     return subprocess.Popen([sys.executable, "-c", script], env=dict(os.environ, **env))
@@ -409,13 +413,18 @@ def test_an_interrupted_sweep_stays_resumable(ray_start_4_cpus, storage_path):
             if (index := re.fullmatch(r"checkpoint_(\d+)", p.name)) and int(index[1]) >= 1
         }
 
-    driver = _driver(storage_path, name)
+    # The first 2 trials (2 at a time) wait before step 2 until the sweep is
+    # interrupted: both are running then, whatever the machine's speed (a
+    # trial started late could otherwise run after the other had finished).
+    gate = Path(storage_path, "interrupted_gate")
+    driver = _driver(storage_path, name, hold_at_2=str(gate))
     try:
         _wait_for(driver, lambda: len(past_their_first_step()) >= 2, "2 trials at step 1")
         seen = past_their_first_step()
         driver.send_signal(signal.SIGINT)
         assert driver.wait(timeout=120) == 0
     finally:
+        gate.touch()
         if driver.poll() is None:
             driver.kill()
             driver.wait()

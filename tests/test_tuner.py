@@ -476,13 +476,17 @@ class _SlowFirstPauseTrainable(ray.tune.Trainable):
             self.marker.touch()
             time.sleep(4)
         Path(checkpoint_dir, "count").write_text(str(self.count))
+        # One file per save, a name of its own: a checkpoint folder that a
+        # second save wrote into holds two.
+        Path(checkpoint_dir, f"save_{uuid.uuid4().hex}").touch()
 
     def load_checkpoint(self, checkpoint_dir):
         self.count = int(Path(checkpoint_dir, "count").read_text())
 
 
+@pytest.mark.parametrize("config_cls", ["ray", "ray_tt_ext"])
 def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
-    ray_start_4_cpus, storage_path
+    ray_start_4_cpus, storage_path, config_cls
 ):
     """Synch PBT: the worse trial pauses at iteration 2 with a save that takes
     4 s; the better one reaches iteration 2 meanwhile, and PBT exploits the
@@ -492,7 +496,11 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     and at times the fit hung, the other trial PAUSED at iteration 4 (so,
     broken, this test fails on its assertion or on its timeout;
     ray-project/ray#57906). Under ray_tt_ext's Tuner both trials run their 6
-    iterations."""
+    iterations, and no checkpoint folder is written twice (the slow save ends
+    after the trial started again; with Ray's Tuner its new actor writes into
+    the same folder), with Ray's ``CheckpointConfig`` (Ray's storage context)
+    and with ray_tt_ext's (ray_tt_ext's, which lists the trial folder as an
+    actor starts)."""
     marker = os.path.join(storage_path, "worse_trial_saving")
     pbt = ray.tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
@@ -510,7 +518,11 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
             storage_path,
             "pbt_pause",
             stop={"training_iteration": 6},
-            checkpoint_config=tune_api.CheckpointConfig(checkpoint_frequency=1),
+            checkpoint_config=(
+                tune_api.CheckpointConfig
+                if config_cls == "ray"
+                else ray_tt_ext.CheckpointConfig
+            )(checkpoint_frequency=1),
         ),
     ).fit()
     assert os.path.exists(marker)  # the case arose: the worse trial saved slowly
@@ -519,6 +531,15 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     assert iterations == [6, 6], iterations
     # The worse trial was exploited: it went on from the better one's count.
     assert all(r.metrics["count"] == 6 for r in results)
+    # No checkpoint folder was written twice. The worse trial's slow save ends
+    # after PBT started it again (from the better trial's checkpoint): written
+    # into a folder its new actor named too, and the better trial's actor that
+    # PBT started again wrote into the checkpoint being cloned (the clone then
+    # went on from a later count).
+    for trial_dir in Path(storage_path, "pbt_pause").iterdir():
+        for folder in trial_dir.glob("checkpoint_*"):
+            saves = list(folder.glob("save_*"))
+            assert len(saves) == 1, f"{folder} was written by {len(saves)} saves"
 
 
 def test_tune_removes_a_placement_group_it_gave_up_only_once_created(

@@ -27,6 +27,7 @@ from ray.air.execution.resources.placement_group import (
 from ray.tune.execution.cluster_info import _is_ray_cluster
 from ray.tune.execution.tune_controller import TuneController as _RayTuneController
 from ray.tune.experiment import Trial as _Trial
+from ray.tune.trainable.function_trainable import FunctionTrainable
 
 from ray_tt_ext._compat import tune_checkpoints as _tune
 
@@ -451,6 +452,35 @@ class _TuneController(_RayTuneController):
         fixed = getattr(self, "_rtt_fixed_pause", False)  # set once __init__ ends
         if fixed and not should_checkpoint and trial.status == _Trial.PAUSED:
             self._cached_trial_decisions.pop(trial.trial_id, None)
+
+    def _schedule_trial_stop(
+        self, trial: Any, exception: Optional[Exception] = None
+    ) -> None:
+        """Extends Ray's ``TuneController._schedule_trial_stop``; runs in Tune's loop
+        (driver, or the Ray Client Tuner actor).
+
+        Ray drops the save a class trainable's actor is running when it stops
+        (or caches) that actor (PBT exploiting a trial that is saving, a synch
+        PBT pause): its result is never recorded, but the actor still finishes
+        it and writes the folder of the trial's next checkpoint index. Ray started the
+        trial's next actor at that same index, which wrote its first
+        checkpoint into that folder: a checkpoint overwritten, among them the
+        one a PBT exploit was cloning. Here, with a sequential index, the
+        trial's index moves past that folder (a gap in the numbering if the
+        save fails). (A metric or callable index renders its names from the
+        metrics: ray_tt_ext's storage context lists the trial folder as the
+        next actor starts, ``ray_tt_ext._storage``.)
+        """
+        saving = getattr(trial.temporary_state, "saving_to", None)
+        super()._schedule_trial_stop(trial, exception=exception)
+        if not getattr(self, "_rtt_fixed_pause", False) or saving is None:
+            return
+        trainable_cls = trial.get_trainable_cls()
+        if isinstance(trainable_cls, type) and issubclass(trainable_cls, FunctionTrainable):
+            return  # its save hands back the latest reported checkpoint: no folder
+        storage = trial.storage
+        if getattr(storage, "checkpoint_index_policy", "sequential") == "sequential":
+            storage.current_checkpoint_index += 1
 
 
 @contextlib.contextmanager
