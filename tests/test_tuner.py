@@ -496,11 +496,12 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     and at times the fit hung, the other trial PAUSED at iteration 4 (so,
     broken, this test fails on its assertion or on its timeout;
     ray-project/ray#57906). Under ray_tt_ext's Tuner both trials run their 6
-    iterations, and no checkpoint folder is written twice (the slow save ends
-    after the trial started again; with Ray's Tuner its new actor writes into
-    the same folder), with Ray's ``CheckpointConfig`` (Ray's storage context)
-    and with ray_tt_ext's (ray_tt_ext's, which lists the trial folder as an
-    actor starts)."""
+    iterations, and no checkpoint folder is written twice: the slow save ends
+    after the trial started again, and with Ray's Tuner its new actor wrote
+    into the same folder (with Ray's ``CheckpointConfig``, Ray's storage
+    context, this fails without ``_TuneController._schedule_trial_stop``; with
+    ray_tt_ext's, whose storage context lists the trial folder as an actor
+    starts, it is checked too)."""
     marker = os.path.join(storage_path, "worse_trial_saving")
     pbt = ray.tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
@@ -531,11 +532,9 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     assert iterations == [6, 6], iterations
     # The worse trial was exploited: it went on from the better one's count.
     assert all(r.metrics["count"] == 6 for r in results)
-    # No checkpoint folder was written twice. The worse trial's slow save ends
-    # after PBT started it again (from the better trial's checkpoint): written
-    # into a folder its new actor named too, and the better trial's actor that
-    # PBT started again wrote into the checkpoint being cloned (the clone then
-    # went on from a later count).
+    # No checkpoint folder was written twice: the worse trial's slow save ends
+    # after PBT started it again (from the better trial's checkpoint), into a
+    # folder its new actor named too.
     for trial_dir in Path(storage_path, "pbt_pause").iterdir():
         for folder in trial_dir.glob("checkpoint_*"):
             saves = list(folder.glob("save_*"))

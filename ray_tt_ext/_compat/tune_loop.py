@@ -460,16 +460,18 @@ class _TuneController(_RayTuneController):
         (driver, or the Ray Client Tuner actor).
 
         Ray drops the save a class trainable's actor is running when it stops
-        (or caches) that actor (PBT exploiting a trial that is saving, a synch
-        PBT pause): its result is never recorded, but the actor still finishes
-        it and writes the folder of the trial's next checkpoint index. Ray started the
+        (or caches) that actor (PBT exploiting a trial that is saving): its
+        result is never recorded, but the actor still finishes it and writes
+        the folder of the trial's next checkpoint index. Ray started the
         trial's next actor at that same index, which wrote its first
         checkpoint into that folder: a checkpoint overwritten, among them the
         one a PBT exploit was cloning. Here, with a sequential index, the
         trial's index moves past that folder (a gap in the numbering if the
-        save fails). (A metric or callable index renders its names from the
-        metrics: ray_tt_ext's storage context lists the trial folder as the
-        next actor starts, ``ray_tt_ext._storage``.)
+        save fails). Not covered: a second save in flight, which Ray no longer
+        names in ``saving_to`` once the first is recorded (PBT saving the better
+        trial of a synch interval while its earlier save is being recorded),
+        and a metric or callable index, whose names the next actor renders
+        from its metrics.
         """
         saving = getattr(trial.temporary_state, "saving_to", None)
         super()._schedule_trial_stop(trial, exception=exception)
