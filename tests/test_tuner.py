@@ -451,29 +451,43 @@ def test_function_and_class_trainables_pass_through(ray_start_4_cpus, storage_pa
 
 
 class _SlowFirstPauseTrainable(ray.tune.Trainable):
-    """Counts its steps. Trial ``lr=100``, the worse one, saves at count 2
-    (synch PBT's pause there) for 4 s, after writing ``marker``. Trial
-    ``lr=1`` takes its second step once that save has begun (``marker``), so
-    that it reaches iteration 2 while the save is under way."""
+    """Counts its steps; trial ``..._00001`` scores half of trial ``..._00000``
+    at the same count, so it is the one PBT exploits at each interval.
+
+    * The worse trial saves at count 2 (synch PBT's pause there) for 4 s, after
+      writing ``marker``; the better one takes its second step once that save
+      has begun, so that it reaches iteration 2 while the save is under way.
+    * The better trial saves at count 4 for 4 s, after writing
+      ``marker + "_better"``; the worse one takes its fourth step once that
+      save has begun, so that PBT saves the better trial again (to clone it)
+      while that save is under way, and that second save is the one its
+      PAUSE drops.
+    """
 
     def setup(self, config):
         self.count = 0
-        self.worse = config["lr"] > 10
+        self.worse = self.trial_id.endswith("_00001")
         self.marker = Path(config["marker"])
+        self.better_marker = Path(config["marker"] + "_better")
 
     def step(self):
         from rtt_testing import wait_until
 
         if not self.worse and self.count == 1:
             wait_until(self.marker.exists, "the worse trial's save begins", timeout_s=120)
+        if self.worse and self.count == 3:
+            wait_until(
+                self.better_marker.exists, "the better trial's save begins", timeout_s=120
+            )
         self.count += 1
-        return {"count": self.count, "score": self.count / self.config["lr"]}
+        return {"count": self.count, "score": self.count * (1 if self.worse else 2)}
 
     def save_checkpoint(self, checkpoint_dir):
         import time
 
-        if self.worse and self.count == 2 and not self.marker.exists():
-            self.marker.touch()
+        slow = self.better_marker if not self.worse else self.marker
+        if self.count == (4 if not self.worse else 2) and not slow.exists():
+            slow.touch()
             time.sleep(4)
         Path(checkpoint_dir, "count").write_text(str(self.count))
         # One file per save, a name of its own: a checkpoint folder that a
@@ -496,12 +510,16 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     and at times the fit hung, the other trial PAUSED at iteration 4 (so,
     broken, this test fails on its assertion or on its timeout;
     ray-project/ray#57906). Under ray_tt_ext's Tuner both trials run their 6
-    iterations, and no checkpoint folder is written twice: the slow save ends
-    after the trial started again, and with Ray's Tuner its new actor wrote
-    into the same folder (with Ray's ``CheckpointConfig``, Ray's storage
-    context, this fails without ``_TuneController._schedule_trial_stop``; with
-    ray_tt_ext's, whose storage context lists the trial folder as an actor
-    starts, it is checked too)."""
+    iterations, and no checkpoint folder is written twice. Ray's Tuner drops
+    the worse trial's slow save at iteration 2, and at iteration 4 the save PBT
+    runs on the better trial (to clone it) while its slow save is recorded;
+    both are still written, and each trial's next actor wrote into the same
+    folder (the better one's is the checkpoint being cloned, seen as a clone
+    going on from a later count). With Ray's ``CheckpointConfig`` (Ray's
+    storage context) this fails without ``_TuneController._schedule_trial_stop``
+    (at iteration 4 with only ``saving_to`` counted); with ray_tt_ext's, whose
+    storage context lists the trial folder as an actor starts, it is checked
+    too."""
     marker = os.path.join(storage_path, "worse_trial_saving")
     pbt = ray.tune.schedulers.PopulationBasedTraining(
         time_attr="training_iteration",
@@ -532,9 +550,7 @@ def test_a_trial_pbt_exploits_while_it_saves_runs_to_its_end(
     assert iterations == [6, 6], iterations
     # The worse trial was exploited: it went on from the better one's count.
     assert all(r.metrics["count"] == 6 for r in results)
-    # No checkpoint folder was written twice: the worse trial's slow save ends
-    # after PBT started it again (from the better trial's checkpoint), into a
-    # folder its new actor named too.
+    # No checkpoint folder was written twice (each save leaves a file of its own).
     for trial_dir in Path(storage_path, "pbt_pause").iterdir():
         for folder in trial_dir.glob("checkpoint_*"):
             saves = list(folder.glob("save_*"))

@@ -395,7 +395,12 @@ class _TuneController(_RayTuneController):
         each save, which hold this controller, nor the state of the uploads of
         the experiment's state."""
         state = super().__getstate__()
-        for name in ("_rtt_state_listeners", "_rtt_state_on_storage", *_tune.STATE_KEYS):
+        for name in (
+            "_rtt_state_listeners",
+            "_rtt_state_on_storage",
+            "_rtt_saves",
+            *_tune.STATE_KEYS,
+        ):
             state.pop(name, None)
         return state
 
@@ -453,36 +458,72 @@ class _TuneController(_RayTuneController):
         if fixed and not should_checkpoint and trial.status == _Trial.PAUSED:
             self._cached_trial_decisions.pop(trial.trial_id, None)
 
+    def _schedule_trial_save(self, trial: Any, result: Optional[dict] = None) -> Any:
+        """Extends Ray's ``TuneController._schedule_trial_save`` (Tune's loop: driver,
+        or the Ray Client Tuner actor): the save's ``ObjectRef`` is kept until
+        Tune records the save (:meth:`_on_saving_result`), for
+        :meth:`_schedule_trial_stop`."""
+        future = super()._schedule_trial_save(trial, result=result)
+        ref = getattr(future, "future", None)
+        if getattr(self, "_rtt_fixed_pause", False) and isinstance(ref, ray.ObjectRef):
+            self.__dict__.setdefault("_rtt_saves", {}).setdefault(
+                trial.trial_id, []
+            ).append(ref)
+        return future
+
+    def _on_saving_result(self, trial: Any, checkpoint_value: Any) -> None:
+        """Extends Ray's ``TuneController._on_saving_result`` (Tune's loop: driver, or
+        the Ray Client Tuner actor): the trial's oldest save kept by
+        :meth:`_schedule_trial_save` is recorded (an actor's saves end in order)."""
+        saves = getattr(self, "_rtt_saves", {}).get(trial.trial_id)
+        if saves:
+            saves.pop(0)
+        super()._on_saving_result(trial, checkpoint_value)
+
     def _schedule_trial_stop(
         self, trial: Any, exception: Optional[Exception] = None
     ) -> None:
         """Extends Ray's ``TuneController._schedule_trial_stop``; runs in Tune's loop
         (driver, or the Ray Client Tuner actor).
 
-        Ray drops the save a class trainable's actor is running when it stops
-        (or caches) that actor (PBT exploiting a trial that is saving): its
-        result is never recorded, but the actor still finishes it and writes
-        the folder of the trial's next checkpoint index. Ray started the
-        trial's next actor at that same index, which wrote its first
-        checkpoint into that folder: a checkpoint overwritten, among them the
-        one a PBT exploit was cloning. Here, with a sequential index, the
-        trial's index moves past that folder (a gap in the numbering if the
-        save fails). Not covered: a second save in flight, which Ray no longer
-        names in ``saving_to`` once the first is recorded (PBT saving the better
-        trial of a synch interval while its earlier save is being recorded),
-        and a metric or callable index, whose names the next actor renders
-        from its metrics.
+        Ray drops the saves a class trainable's actor has not had recorded when
+        it stops (or caches) that actor: PBT exploiting a trial that is saving,
+        or a synch PBT interval whose better trial PBT saves again while its
+        earlier save is being recorded (recording that one clears
+        ``saving_to``, then its PAUSE stops the actor). The actor still
+        finishes them and writes the folders of the trial's next indices; Ray
+        started the trial's next actor at the first of them, which wrote its
+        checkpoints into them: checkpoints overwritten, among them the one a
+        PBT exploit was cloning. Here, with a sequential index, the trial's
+        index moves past each save kept by :meth:`_schedule_trial_save` and
+        not recorded, unless it failed (a gap in the numbering if it fails
+        later). Not covered: a metric or callable index, whose names the next
+        actor renders from its metrics.
         """
-        saving = getattr(trial.temporary_state, "saving_to", None)
+        dropped = self._dropped_saves(trial)
         super()._schedule_trial_stop(trial, exception=exception)
-        if not getattr(self, "_rtt_fixed_pause", False) or saving is None:
+        if not dropped:
             return
         trainable_cls = trial.get_trainable_cls()
         if isinstance(trainable_cls, type) and issubclass(trainable_cls, FunctionTrainable):
             return  # its save hands back the latest reported checkpoint: no folder
         storage = trial.storage
         if getattr(storage, "checkpoint_index_policy", "sequential") == "sequential":
-            storage.current_checkpoint_index += 1
+            storage.current_checkpoint_index += dropped
+
+    def _dropped_saves(self, trial: Any) -> int:
+        """How many of the trial's saves kept by :meth:`_schedule_trial_save` Tune has
+        not recorded and did not fail (forgotten here: the trial's actor stops)."""
+        count = 0
+        for ref in getattr(self, "_rtt_saves", {}).pop(trial.trial_id, ()):
+            ready, _ = ray.wait([ref], timeout=0, fetch_local=False)
+            if ready:
+                try:
+                    ray.get(ref, timeout=0)
+                except Exception:  # the save failed: no folder of its own
+                    continue
+            count += 1
+        return count
 
 
 @contextlib.contextmanager
